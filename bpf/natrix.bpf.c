@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+/* natrix data plane: entry programs. The logic lives in the nx_*.h headers, one concern
+ * each; this file only wires them to the hooks. */
+#include "nx_common.h"
+#include "nx_maps.h"
+#include "nx_nat.h"
+#include "nx_reap.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* XDP ingress of every inside interface: inside -> outside, and hairpinning. */
+SEC("xdp")
+int nx_xdp_inside(struct xdp_md *ctx)
+{
+	return nx_path_inside(ctx);
+}
+
+/* XDP ingress of every outside interface: outside -> inside. */
+SEC("xdp")
+int nx_xdp_outside(struct xdp_md *ctx)
+{
+	return nx_path_outside(ctx);
+}
+
+/* Run by the daemon (BPF_PROG_RUN) with a batch of expiry candidates. */
+SEC("syscall")
+int nx_reap(struct nx_reap_args *args)
+{
+	return nx_reap_batch(args);
+}
+
+/* Anchors that put the shared types into the skeleton's BTF-generated Rust types. */
+struct nx_config nx_btf_config SEC(".bss");
+struct nx_sub nx_btf_sub SEC(".bss");
+struct nx_map_key nx_btf_map_key SEC(".bss");
+struct nx_map nx_btf_map SEC(".bss");
+struct nx_sess_key nx_btf_sess_key SEC(".bss");
+struct nx_sess nx_btf_sess SEC(".bss");
+struct nx_reap_args nx_btf_reap SEC(".bss");
+enum nx_stat nx_btf_stat SEC(".bss");
+enum nx_tcp_state nx_btf_tcp_state SEC(".bss");

@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Outside port allocation, on the packet path and without locks.
+ *
+ * A subscriber owns up to max_blocks port blocks, all on ONE pool address (paired pooling,
+ * RFC 4787 REQ-2 / RFC 6888 REQ-2). Ports are claimed with a compare-and-swap on their word
+ * in nx_ports, blocks with a compare-and-swap on their word in nx_blocks: two CPUs can race
+ * for the same port or block and exactly one wins; the loser moves on. The search starts at
+ * a random offset (RFC 6056 spirit) and preserves parity (RFC 4787 REQ-5), falling back to
+ * the other parity only when no port of the right parity is left.
+ *
+ * Work per packet is bounded: at most max_blocks blocks of block_size ports, plus one
+ * block scan of one pool address for a new block. Release (expiry, hold-down, returning
+ * empty blocks) is the daemon's job; see src/expiry.rs.
+ */
+#ifndef NX_ALLOC_H
+#define NX_ALLOC_H
+
+#include "nx_common.h"
+#include "nx_maps.h"
+#include "nx_stats.h"
+
+#define NX_BLOCK_USED_ONE (1ULL << 32)
+
+static __always_inline __u32 nx_port_index(__u32 addr_idx, __u32 pidx, __u32 port)
+{
+	return ((addr_idx * NX_NPROTO + pidx) << 16) | port;
+}
+
+/* The word a claimed port holds: state USED, inside address and port (host order). */
+static __always_inline __u64 nx_port_word(__u32 in_ip, __u16 in_port_h)
+{
+	return (NX_PORT_USED << NX_PORT_STATE_SHIFT) | ((__u64)in_ip << 16) | in_port_h;
+}
+
+#define NX_PORT_WORD_IP(w) ((__u32)((w) >> 16))
+#define NX_PORT_WORD_PORT(w) ((__u16)(w))
+
+/* ---- claiming one port inside one block ---- */
+struct nx_pscan {
+	__u32 base; /* nx_ports index of the block's first port */
+	__u32 half; /* candidates of one parity: block_size / 2 */
+	__u32 start; /* first candidate, 0 .. half-1 */
+	__u32 par; /* offset parity to try (0/1) */
+	__u64 word; /* value to store */
+	__s32 found; /* offset in block, or -1 */
+};
+
+static long nx_pscan_cb(__u64 i, void *vctx)
+{
+	struct nx_pscan *s = vctx;
+	__u32 k = s->start + (__u32)i;
+	__u32 idx;
+	__u64 *w;
+
+	if (k >= s->half)
+		k -= s->half;
+	idx = s->base + 2 * k + s->par;
+	w = bpf_map_lookup_elem(&nx_ports, &idx);
+	if (!w)
+		return 1;
+	if (*w != 0) /* USED, HELD or STATIC */
+		return 0;
+	if (__sync_val_compare_and_swap(w, 0, s->word) == 0) {
+		s->found = 2 * k + s->par;
+		return 1;
+	}
+	nx_count(NX_STAT_ALLOC_RETRY);
+	return 0;
+}
+
+/* Claim a free port in block gid (already reserved by the caller). Returns the outside
+ * port in host order, or -1 when the block has no free port. */
+static __always_inline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 pidx,
+					     __u16 in_port_h, __u64 word)
+{
+	__u32 bpa = cfg->blocks_per_addr;
+	__u32 bs = cfg->block_size;
+	__u32 addr_idx, first;
+	struct nx_pscan s;
+
+	if (!bpa || bs < 2)
+		return -1;
+	addr_idx = gid / bpa;
+	first = cfg->port_lo + (gid - addr_idx * bpa) * bs;
+	s.base = nx_port_index(addr_idx, pidx, first);
+	s.half = bs / 2;
+	s.start = bpf_get_prandom_u32() % s.half;
+	s.word = word;
+	s.found = -1;
+	/* parity of the offset that gives an outside port of the inside port's parity */
+	s.par = ((in_port_h ^ first) & 1);
+	if (!(cfg->flags & NX_CF_PORT_PARITY) || pidx == NX_P_ICMP)
+		s.par = bpf_get_prandom_u32() & 1;
+	bpf_loop(s.half, nx_pscan_cb, &s, 0);
+	if (s.found < 0) {
+		s.par ^= 1; /* none of that parity left: parity is RECOMMENDED, a port is not */
+		bpf_loop(s.half, nx_pscan_cb, &s, 0);
+	}
+	if (s.found < 0)
+		return -1;
+	return first + s.found;
+}
+
+/* ---- blocks ---- */
+static __always_inline __u64 *nx_block(__u32 gid)
+{
+	return bpf_map_lookup_elem(&nx_blocks, &gid);
+}
+
+/* Count one more port against block gid if sip still owns it. */
+static __always_inline int nx_block_reserve(__u32 gid, __u32 sip)
+{
+	__u64 *w = nx_block(gid);
+
+	if (!w)
+		return -1;
+#pragma unroll
+	for (int t = 0; t < 4; t++) {
+		__u64 old = *(volatile __u64 *)w;
+
+		if (NX_BLOCK_OWNER(old) != sip)
+			return -1;
+		if (__sync_val_compare_and_swap(w, old, old + NX_BLOCK_USED_ONE) == old)
+			return 0;
+		nx_count(NX_STAT_ALLOC_RETRY);
+	}
+	return -1;
+}
+
+static __always_inline void nx_block_unreserve(__u32 gid)
+{
+	__u64 *w = nx_block(gid);
+
+	if (w)
+		__sync_fetch_and_sub(w, NX_BLOCK_USED_ONE);
+}
+
+struct nx_bscan {
+	__u32 base; /* gid of block 0 of the address */
+	__u32 bpa;
+	__u32 start;
+	__u32 sip;
+	__s64 found;
+};
+
+static long nx_bscan_cb(__u64 i, void *vctx)
+{
+	struct nx_bscan *s = vctx;
+	__u32 b = s->start + (__u32)i;
+	__u32 gid;
+	__u64 *w;
+
+	if (b >= s->bpa)
+		b -= s->bpa;
+	gid = s->base + b;
+	w = nx_block(gid);
+	if (!w)
+		return 1;
+	if (*w != 0)
+		return 0;
+	/* Claimed with one port reserved, so the daemon never sees it owned and empty. */
+	if (__sync_val_compare_and_swap(w, 0, NX_BLOCK_USED_ONE | s->sip) == 0) {
+		s->found = gid;
+		return 1;
+	}
+	nx_count(NX_STAT_ALLOC_RETRY);
+	return 0;
+}
+
+/* Claim a free block on pool address addr_idx for subscriber sip, one port reserved.
+ * Returns the global block id or -1. */
+static __always_inline __s64 nx_block_claim(struct nx_config *cfg, __u32 addr_idx, __u32 sip)
+{
+	struct nx_bscan s;
+
+	s.bpa = cfg->blocks_per_addr;
+	if (!s.bpa)
+		return -1;
+	s.base = addr_idx * s.bpa;
+	s.start = bpf_get_prandom_u32() % s.bpa;
+	s.sip = sip;
+	s.found = -1;
+	bpf_loop(s.bpa, nx_bscan_cb, &s, 0);
+	if (s.found >= 0)
+		nx_count(NX_STAT_BLOCK_ALLOC);
+	return s.found;
+}
+
+/* Give back a block claimed by nx_block_claim that could not be recorded anywhere. */
+static __always_inline void nx_block_unclaim(__u32 gid, __u32 sip)
+{
+	__u64 *w = nx_block(gid);
+
+	if (w)
+		__sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0);
+}
+
+/* Release a port claimed on this path that never became visible (lost an insert race):
+ * no hold-down needed, nobody ever used it. */
+static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_idx, __u32 pidx,
+					    __u16 out_port_h, __u64 word)
+{
+	__u32 idx = nx_port_index(addr_idx, pidx, out_port_h);
+	__u64 *w = bpf_map_lookup_elem(&nx_ports, &idx);
+	__u32 bpa = cfg->blocks_per_addr, bs = cfg->block_size;
+
+	if (!w || !bs)
+		return;
+	if (__sync_val_compare_and_swap(w, word, 0) == word)
+		nx_block_unreserve(addr_idx * bpa + (out_port_h - cfg->port_lo) / bs);
+}
+
+/* Outcome of nx_alloc_port: a port (>= 0) or a drop reason (negative). */
+#define NX_ALLOC_ERR(reason) (-(int)(reason))
+
+/* Allocate an outside port for (sip, in_port) in the subscriber's blocks, taking a new
+ * block on the subscriber's address when its blocks are full and the quota allows. */
+static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *sub, __u32 sip,
+					 __u32 pidx, __u16 in_port_h)
+{
+	__u64 word = nx_port_word(sip, in_port_h);
+	__u32 max = cfg->max_blocks;
+	__s32 free_slot = -1;
+	__u32 free_val = 0;
+	int port;
+
+	if (max > NX_MAX_BLOCKS_PER_SUB)
+		max = NX_MAX_BLOCKS_PER_SUB;
+	for (__u32 i = 0; i < NX_MAX_BLOCKS_PER_SUB; i++) {
+		__u32 v, gid;
+
+		if (i >= max)
+			break;
+		v = *(volatile __u32 *)&sub->blocks[i];
+		if (v == 0) {
+			if (free_slot < 0) {
+				free_slot = i;
+				free_val = 0;
+			}
+			continue;
+		}
+		gid = v - 1;
+		if (nx_block_reserve(gid, sip) < 0) {
+			/* released by the daemon (or never ours): the slot is reusable */
+			if (free_slot < 0) {
+				free_slot = i;
+				free_val = v;
+			}
+			continue;
+		}
+		port = nx_claim_in_block(cfg, gid, pidx, in_port_h, word);
+		if (port >= 0)
+			return port;
+		nx_block_unreserve(gid);
+	}
+	if (free_slot < 0 || free_slot >= NX_MAX_BLOCKS_PER_SUB)
+		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
+
+	__s64 gid = nx_block_claim(cfg, sub->addr_idx, sip);
+	if (gid < 0)
+		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
+	if (__sync_val_compare_and_swap(&sub->blocks[free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
+					free_val, (__u32)gid + 1) != free_val) {
+		/* another CPU filled that slot first; the packet's next copy will see it */
+		nx_block_unclaim(gid, sip);
+		nx_count(NX_STAT_ALLOC_RETRY);
+		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
+	}
+	port = nx_claim_in_block(cfg, gid, pidx, in_port_h, word);
+	if (port < 0) {
+		nx_block_unreserve(gid);
+		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
+	}
+	return port;
+}
+
+/* Find or create the subscriber entry. A new subscriber gets a block on the pool address
+ * the daemon designated (addr_hint), or on one of the next few if that one is full. */
+static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32 sip, int *reason)
+{
+	struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
+	struct nx_scratch *scratch;
+	struct nx_sub *fresh;
+	__u32 zero = 0;
+	__s64 gid = -1;
+	__u32 n = cfg->n_addrs;
+	long err;
+
+	if (sub)
+		return sub;
+	scratch = bpf_map_lookup_elem(&nx_scratch, &zero);
+	if (!scratch) {
+		*reason = NX_DROP_INTERNAL;
+		return 0;
+	}
+	fresh = &scratch->sub;
+	__builtin_memset(fresh, 0, sizeof(*fresh));
+	if (!n) {
+		*reason = NX_DROP_POOL_EXHAUSTED;
+		return 0;
+	}
+#pragma unroll
+	for (__u32 t = 0; t < 4; t++) {
+		__u32 a = (cfg->addr_hint + t) % n;
+
+		gid = nx_block_claim(cfg, a, sip);
+		if (gid >= 0) {
+			fresh->addr_idx = a;
+			break;
+		}
+	}
+	if (gid < 0) {
+		*reason = NX_DROP_POOL_EXHAUSTED;
+		return 0;
+	}
+	/* The block is recorded with its reservation dropped: the first port is claimed
+	 * through the normal path, which reserves again. */
+	fresh->blocks[0] = (__u32)gid + 1;
+	fresh->rate_tokens = cfg->max_new_per_sec;
+	nx_block_unreserve(gid);
+	err = bpf_map_update_elem(&nx_subs, &sip, fresh, BPF_NOEXIST);
+	if (err) {
+		/* lost the race to another CPU (or the table is full): give the block back */
+		__u64 *w = nx_block(gid);
+
+		if (w)
+			__sync_val_compare_and_swap(w, (__u64)sip, 0);
+		sub = bpf_map_lookup_elem(&nx_subs, &sip);
+		if (!sub)
+			*reason = NX_DROP_TABLE_FULL;
+		return sub;
+	}
+	nx_count(NX_STAT_SUB_CREATED);
+	return bpf_map_lookup_elem(&nx_subs, &sip);
+}
+
+#endif /* NX_ALLOC_H */

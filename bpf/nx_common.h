@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Kernel and libbpf headers every data-plane file needs, in one place. */
+#ifndef NX_COMMON_H
+#define NX_COMMON_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/icmp.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+
+/* IPv4 flags in network order, compared against the raw field: no bswap per packet. */
+#define NX_IP_MF bpf_htons(0x2000)
+#define NX_IP_DF bpf_htons(0x4000)
+#define NX_IP_OFFMASK bpf_htons(0x1fff)
+
+/* Host-order constants compared against ETH_P_IP in network order (Katran does the same):
+ * one constant swap at compile time instead of one bpf_ntohs per packet. */
+#define NX_BE_ETH_P_IP bpf_htons(ETH_P_IP)
+
+#define NX_TCPF_FIN 0x01
+#define NX_TCPF_SYN 0x02
+#define NX_TCPF_RST 0x04
+#define NX_TCPF_ACK 0x10
+
+#endif /* NX_COMMON_H */

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Every table of the data plane. Sizes here are placeholders: the daemon sets max_entries
+ * from the config before loading (see src/loader.rs), and all of them are pinned under
+ * the pin directory so that a restarted daemon takes them over unchanged. */
+#ifndef NX_MAPS_H
+#define NX_MAPS_H
+
+#include "nx_types.h"
+
+/* The running configuration: one entry, written by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_config);
+} nx_cfg SEC(".maps");
+
+/* Pool index -> pool address (network order). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} nx_pool SEC(".maps");
+
+/* Pool address (network order) -> pool index: is this destination ours to translate. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} nx_pool_idx SEC(".maps");
+
+/* ifindex -> enum nx_iface_role, for every interface natrix is attached to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NX_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} nx_ifaces SEC(".maps");
+
+/* ifindex -> ifindex: redirect targets (bpf_redirect_map bulk-flushes per NAPI poll). */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, NX_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} nx_tx SEC(".maps");
+
+/* Outside ports, direct-indexed (see nx_types.h). mmapable: the daemon releases held
+ * ports with the same compare-and-swap the fast path uses to claim them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} nx_ports SEC(".maps");
+
+/* Port blocks, direct-indexed (see nx_types.h). mmapable like nx_ports. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} nx_blocks SEC(".maps");
+
+/* Inside address -> subscriber (paired pool address and block slots). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_sub);
+} nx_subs SEC(".maps");
+
+/* The BIB: inside endpoint -> outside endpoint (endpoint-independent mapping). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct nx_map_key);
+	__type(value, struct nx_map);
+} nx_maps SEC(".maps");
+
+/* Sessions: one per connection, keyed from the inside. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct nx_sess_key);
+	__type(value, struct nx_sess);
+} nx_sess SEC(".maps");
+
+/* Per-CPU counters, indexed by enum nx_stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NX_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} nx_stats SEC(".maps");
+
+/* Per-CPU scratch space for structures too large for the 512-byte BPF stack. */
+struct nx_scratch {
+	struct nx_sub sub;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_scratch);
+} nx_scratch SEC(".maps");
+
+#endif /* NX_MAPS_H */

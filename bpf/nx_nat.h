@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Translation in both directions, and the two packet paths built from it. */
+#ifndef NX_NAT_H
+#define NX_NAT_H
+
+#include "nx_alloc.h"
+#include "nx_csum.h"
+#include "nx_fwd.h"
+#include "nx_parse.h"
+#include "nx_session.h"
+#include "nx_stats.h"
+
+/* ---- header rewriting ---- */
+
+/* Replace the source (dir OUT) or destination (dir IN) address and port/identifier, with
+ * every checksum updated incrementally. TCP and UDP checksums cover the pseudo-header,
+ * ICMP's does not. */
+static __always_inline void nx_rewrite(struct nx_pkt *p, int dir, __u32 new_ip, __u16 new_port)
+{
+	struct iphdr *ip = p->ip;
+	__u32 *addr = dir == NX_DIR_OUT ? &ip->saddr : &ip->daddr;
+	__be16 *port = dir == NX_DIR_OUT ? p->sport : p->dport;
+	__u32 old_ip = *addr;
+	__u16 old_port;
+
+	if (p->proto == IPPROTO_ICMP)
+		port = p->sport; /* the echo identifier, both ways */
+	old_port = *port;
+	*addr = new_ip;
+	*port = new_port;
+	nx_csum_replace4(&ip->check, old_ip, new_ip);
+	switch (p->proto) {
+	case IPPROTO_TCP:
+		nx_csum_replace4(p->l4_csum, old_ip, new_ip);
+		nx_csum_replace2(p->l4_csum, old_port, new_port);
+		break;
+	case IPPROTO_UDP:
+		nx_udp_csum_replace4(p->l4_csum, old_ip, new_ip);
+		nx_udp_csum_replace2(p->l4_csum, old_port, new_port);
+		break;
+	default:
+		nx_csum_replace2(p->l4_csum, old_port, new_port);
+		break;
+	}
+}
+
+/* ---- mappings ---- */
+
+/* Whether this packet may create a mapping: TCP only with a SYN, ICMP only with an echo
+ * request. Anything else finds an existing mapping or nothing. */
+static __always_inline int nx_may_create(struct nx_pkt *p)
+{
+	if (p->proto == IPPROTO_TCP)
+		return (p->tcp_flags & (NX_TCPF_SYN | NX_TCPF_RST)) == NX_TCPF_SYN;
+	if (p->proto == IPPROTO_ICMP)
+		return ((struct icmphdr *)p->l4)->type == ICMP_ECHO;
+	return 1;
+}
+
+static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struct nx_map_key *mk,
+						    __u32 now, int *reason)
+{
+	__u32 pidx = nx_proto_idx(mk->proto);
+	struct nx_map fresh = {};
+	struct nx_sub *sub;
+	struct nx_map *m;
+	__u32 *out_ip;
+	__u32 addr_idx;
+	int port;
+
+	sub = nx_subscriber(cfg, mk->in_ip, reason);
+	if (!sub)
+		return 0;
+	addr_idx = sub->addr_idx;
+	out_ip = bpf_map_lookup_elem(&nx_pool, &addr_idx);
+	if (!out_ip) {
+		*reason = NX_DROP_INTERNAL;
+		return 0;
+	}
+	port = nx_alloc_port(cfg, sub, mk->in_ip, pidx, bpf_ntohs(mk->in_port));
+	if (port < 0) {
+		*reason = -port;
+		return 0;
+	}
+	fresh.out_ip = *out_ip;
+	fresh.out_port = bpf_htons((__u16)port);
+	/* until a session exists, the mapping's own timer runs (transitory for TCP) */
+	fresh.expire = now + nx_timeout(cfg, mk->proto, NX_TCP_SYN_OUT);
+	if (bpf_map_update_elem(&nx_maps, mk, &fresh, BPF_NOEXIST) != 0) {
+		nx_port_unclaim(cfg, addr_idx, pidx, (__u16)port,
+				nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)));
+		m = bpf_map_lookup_elem(&nx_maps, mk);
+		if (!m)
+			*reason = NX_DROP_TABLE_FULL;
+		return m;
+	}
+	nx_count(NX_STAT_MAP_CREATED);
+	m = bpf_map_lookup_elem(&nx_maps, mk);
+	if (!m)
+		*reason = NX_DROP_INTERNAL;
+	return m;
+}
+
+/* ---- one direction each ---- */
+
+/* Inside -> outside: find or create the mapping and session, rewrite the source.
+ * Returns -1 on success, or a drop reason. */
+static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p, __u32 now)
+{
+	struct nx_map_key mk = {};
+	struct nx_sess_key sk = {};
+	struct nx_map *m;
+	struct nx_sess *s;
+	int created = 0;
+	int reason = NX_DROP_NO_MAPPING;
+
+	mk.in_ip = p->ip->saddr;
+	mk.in_port = *p->sport;
+	mk.proto = p->proto;
+	m = bpf_map_lookup_elem(&nx_maps, &mk);
+	if (!m) {
+		if (!nx_may_create(p))
+			return p->proto == IPPROTO_TCP ? NX_DROP_TCP_NO_SYN : NX_DROP_NO_MAPPING;
+		m = nx_map_create(cfg, &mk, now, &reason);
+		if (!m)
+			return reason;
+		created = 1;
+	}
+	sk.in_ip = mk.in_ip;
+	sk.rem_ip = p->ip->daddr;
+	sk.in_port = mk.in_port;
+	sk.rem_port = p->dport ? *p->dport : 0;
+	sk.proto = p->proto;
+	s = bpf_map_lookup_elem(&nx_sess, &sk);
+	if (s) {
+		/* a session outliving its reaped mapping now belongs to the new one */
+		if (created)
+			__sync_fetch_and_add(&m->nsess, 1);
+		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
+	} else {
+		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_OUT, now);
+		if (!s)
+			return NX_DROP_TABLE_FULL;
+	}
+	nx_rewrite(p, NX_DIR_OUT, m->out_ip, m->out_port);
+	nx_count(NX_STAT_XLATE_OUT);
+	return -1;
+}
+
+/* Outside -> inside, for a destination that is a pool address (pool index addr_idx):
+ * the outside port array names the inside endpoint, the mapping confirms it, the filter
+ * decides. Returns -1 on success, or a drop reason. */
+static __always_inline int nx_xlate_in(struct nx_config *cfg, struct nx_pkt *p, __u32 addr_idx,
+				       __u32 now)
+{
+	__u32 pidx = nx_proto_idx(p->proto);
+	__be16 out_port = p->proto == IPPROTO_ICMP ? *p->sport : *p->dport;
+	__u32 idx = nx_port_index(addr_idx, pidx, bpf_ntohs(out_port));
+	struct nx_map_key mk = {};
+	struct nx_sess_key sk = {};
+	struct nx_map *m;
+	struct nx_sess *s;
+	__u64 *pw, w;
+
+	pw = bpf_map_lookup_elem(&nx_ports, &idx);
+	if (!pw)
+		return NX_DROP_NO_MAPPING;
+	w = *pw;
+	if (NX_PORT_STATE(w) != NX_PORT_USED && NX_PORT_STATE(w) != NX_PORT_STATIC)
+		return NX_DROP_NO_MAPPING;
+	mk.in_ip = NX_PORT_WORD_IP(w);
+	mk.in_port = bpf_htons(NX_PORT_WORD_PORT(w));
+	mk.proto = p->proto;
+	m = bpf_map_lookup_elem(&nx_maps, &mk);
+	/* the port word and the mapping must agree; a stale word never translates */
+	if (!m || m->out_port != out_port || m->out_ip != p->ip->daddr)
+		return NX_DROP_NO_MAPPING;
+	sk.in_ip = mk.in_ip;
+	sk.rem_ip = p->ip->saddr;
+	sk.in_port = mk.in_port;
+	sk.rem_port = p->proto == IPPROTO_ICMP ? 0 : *p->sport;
+	sk.proto = p->proto;
+	s = bpf_map_lookup_elem(&nx_sess, &sk);
+	if (s) {
+		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_IN, now);
+	} else {
+		if (cfg->filtering != NX_FILTER_EIF)
+			return NX_DROP_FILTERED;
+		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now);
+		if (!s)
+			return NX_DROP_TABLE_FULL;
+	}
+	nx_rewrite(p, NX_DIR_IN, mk.in_ip, mk.in_port);
+	nx_count(NX_STAT_XLATE_IN);
+	return -1;
+}
+
+/* The ICMP messages translated as queries: echo request and reply. */
+static __always_inline int nx_icmp_is_query(struct nx_pkt *p)
+{
+	__u8 type = ((struct icmphdr *)p->l4)->type;
+
+	return type == ICMP_ECHO || type == ICMP_ECHOREPLY;
+}
+
+static __always_inline int nx_parse_verdict(int rc)
+{
+	switch (rc) {
+	case NX_PARSE_BAD_ETH:
+		return nx_drop(NX_DROP_MALFORMED_ETH);
+	case NX_PARSE_BAD_IP:
+		return nx_drop(NX_DROP_MALFORMED_IP);
+	case NX_PARSE_BAD_L4:
+		return nx_drop(NX_DROP_MALFORMED_L4);
+	case NX_PARSE_FRAGMENT:
+		return nx_drop(NX_DROP_FRAGMENT);
+	case NX_PARSE_OTHER_PROTO:
+		return nx_drop(NX_DROP_UNSUPPORTED_PROTO);
+	default:
+		return nx_pass(NX_STAT_PASS_NOT_IP);
+	}
+}
+
+/* ---- the two paths ---- */
+
+/* Ingress on an inside interface. */
+static __always_inline int nx_path_inside(struct xdp_md *ctx)
+{
+	struct bpf_fib_lookup fib;
+	struct nx_config *cfg;
+	struct nx_pkt p = {};
+	__u32 *pool_idx = 0;
+	int rc, frag, fib_rc;
+	__u32 now;
+
+	nx_count(NX_STAT_RX_INSIDE);
+	rc = nx_parse_eth(ctx, &p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	rc = nx_parse_ip(&p);
+	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
+		return nx_parse_verdict(rc);
+	frag = rc == NX_PARSE_FRAGMENT;
+	cfg = nx_config();
+	if (!cfg)
+		return nx_drop(NX_DROP_INTERNAL);
+
+	/* To a pool address: hairpinning, translated both ways without leaving the box. */
+	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &p.ip->daddr);
+	if (!pool_idx) {
+		fib_rc = nx_fib(ctx, p.ip, &fib);
+		if (fib_rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+			/* Too big for the next hop. With DF the kernel must answer "fragmentation
+			 * needed" to the subscriber: give it the untranslated packet. Without DF we
+			 * translate and let the kernel fragment. Look up again without the length
+			 * check to learn the egress interface. */
+			if (p.ip->frag_off & NX_IP_DF)
+				return nx_pass(NX_STAT_PASS_FIB_OTHER);
+			fib.tot_len = 0;
+			fib.ifindex = ctx->ingress_ifindex;
+			if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) == BPF_FIB_LKUP_RET_SUCCESS)
+				fib_rc = BPF_FIB_LKUP_RET_NO_NEIGH; /* i.e. "kernel, finish this" */
+			else
+				return nx_pass(NX_STAT_PASS_FIB_OTHER);
+		}
+		if (fib_rc != BPF_FIB_LKUP_RET_SUCCESS && fib_rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+			return nx_pass(fib_rc == BPF_FIB_LKUP_RET_NOT_FWDED ? NX_STAT_PASS_LOCAL :
+									  NX_STAT_PASS_FIB_OTHER);
+		/* Only traffic leaving through an outside interface is translated. */
+		if (nx_iface_role(fib.ifindex) != NX_ROLE_OUTSIDE)
+			return nx_pass(NX_STAT_PASS_LOCAL);
+	} else if (!(cfg->flags & NX_CF_HAIRPIN)) {
+		return nx_drop(NX_DROP_HAIRPIN_DISABLED);
+	}
+	if (p.ip->ttl <= 1)
+		return nx_pass(NX_STAT_PASS_TTL);
+	if (frag)
+		return nx_drop(NX_DROP_FRAGMENT);
+	rc = nx_parse_l4(&p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
+		return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+
+	now = nx_now_tick();
+	rc = nx_xlate_out(cfg, &p, now);
+	if (rc >= 0)
+		return nx_drop(rc);
+	if (pool_idx) {
+		rc = nx_xlate_in(cfg, &p, *pool_idx, now);
+		if (rc >= 0)
+			return nx_drop(rc);
+		return nx_finish(ctx, &p);
+	}
+	if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
+		return nx_redirect(&p, &fib);
+	return nx_pass(NX_STAT_PASS_NO_NEIGH);
+}
+
+/* Ingress on an outside interface. */
+static __always_inline int nx_path_outside(struct xdp_md *ctx)
+{
+	struct bpf_fib_lookup fib;
+	struct nx_config *cfg;
+	struct nx_pkt p = {};
+	__u32 *pool_idx;
+	int rc;
+
+	nx_count(NX_STAT_RX_OUTSIDE);
+	rc = nx_parse_eth(ctx, &p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	rc = nx_parse_ip(&p);
+	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
+		return nx_parse_verdict(rc);
+	/* Not for the pool: the gateway's own traffic, or routing that is not NAT. */
+	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &p.ip->daddr);
+	if (!pool_idx)
+		return nx_pass(NX_STAT_PASS_LOCAL);
+	if (rc == NX_PARSE_FRAGMENT)
+		return nx_drop(NX_DROP_FRAGMENT);
+	cfg = nx_config();
+	if (!cfg)
+		return nx_drop(NX_DROP_INTERNAL);
+	if (p.ip->ttl <= 1)
+		return nx_pass(NX_STAT_PASS_TTL);
+	rc = nx_parse_l4(&p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
+		return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+
+	rc = nx_xlate_in(cfg, &p, *pool_idx, nx_now_tick());
+	if (rc >= 0)
+		return nx_drop(rc);
+	rc = nx_fib(ctx, p.ip, &fib);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		return nx_redirect(&p, &fib);
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return nx_pass(NX_STAT_PASS_NO_NEIGH);
+	default:
+		/* translated already: the kernel fragments, or answers for the route */
+		return nx_pass(NX_STAT_PASS_FIB_OTHER);
+	}
+}
+
+#endif /* NX_NAT_H */

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Expiry, executed in BPF with the fast path's own atomics; the daemon only chooses the
+ * candidates (src/expiry.rs). Each candidate is checked again here, against the kernel's
+ * clock, right before it is deleted: a session refreshed since the daemon looked survives.
+ * Only the CPU whose delete succeeds goes on to release, so nothing is released twice. */
+#ifndef NX_REAP_H
+#define NX_REAP_H
+
+#include "nx_alloc.h"
+#include "nx_maps.h"
+#include "nx_session.h"
+
+/* Delete a mapping without sessions, and put its outside port on hold-down. */
+static __always_inline int nx_map_release(struct nx_map_key *mk, struct nx_map *m, __u32 now_s)
+{
+	__u32 out_ip = m->out_ip;
+	__u16 out_port = bpf_ntohs(m->out_port);
+	__u32 *addr_idx, idx;
+	__u64 *pw;
+
+	if (m->flags & NX_MF_STATIC)
+		return 0;
+	if (bpf_map_delete_elem(&nx_maps, mk) != 0)
+		return 0;
+	addr_idx = bpf_map_lookup_elem(&nx_pool_idx, &out_ip);
+	if (!addr_idx)
+		return 1;
+	idx = nx_port_index(*addr_idx, nx_proto_idx(mk->proto), out_port);
+	pw = bpf_map_lookup_elem(&nx_ports, &idx);
+	if (pw)
+		__sync_val_compare_and_swap(pw, nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)),
+					    (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s);
+	return 1;
+}
+
+/* One fewer session on mapping mk; the last one out releases the mapping. */
+static __always_inline int nx_map_unref(struct nx_map_key *mk, __u32 now_s)
+{
+	struct nx_map *m = bpf_map_lookup_elem(&nx_maps, mk);
+
+	if (!m)
+		return 0;
+#pragma unroll
+	for (int t = 0; t < 8; t++) {
+		__u32 old = *(volatile __u32 *)&m->nsess;
+
+		if (old == 0)
+			break;
+		if (__sync_val_compare_and_swap(&m->nsess, old, old - 1) == old) {
+			if (old == 1)
+				return nx_map_release(mk, m, now_s);
+			return 0;
+		}
+	}
+	return m->nsess == 0 ? nx_map_release(mk, m, now_s) : 0;
+}
+
+static __always_inline int nx_reap_batch(struct nx_reap_args *a)
+{
+	__u32 now = nx_now_tick();
+	__u32 n = a->n;
+
+	if (n > NX_REAP_BATCH)
+		n = NX_REAP_BATCH;
+	a->deleted = 0;
+	a->maps_deleted = 0;
+	for (__u32 i = 0; i < NX_REAP_BATCH; i++) {
+		if (i >= n)
+			break;
+		if (a->op == NX_REAP_SESSIONS) {
+			struct nx_sess_key k = a->sess[i];
+			struct nx_map_key mk = {};
+			struct nx_sess *s = bpf_map_lookup_elem(&nx_sess, &k);
+
+			if (!s || (__s32)(s->expire - now) > 0)
+				continue;
+			if (bpf_map_delete_elem(&nx_sess, &k) != 0)
+				continue;
+			a->deleted++;
+			mk.in_ip = k.in_ip;
+			mk.in_port = k.in_port;
+			mk.proto = k.proto;
+			a->maps_deleted += nx_map_unref(&mk, a->now_s);
+		} else if (a->op == NX_REAP_MAPPINGS) {
+			struct nx_map_key mk = a->maps[i];
+			struct nx_map *m = bpf_map_lookup_elem(&nx_maps, &mk);
+
+			if (!m || m->nsess != 0 || (__s32)(m->expire - now) > 0)
+				continue;
+			if (nx_map_release(&mk, m, a->now_s)) {
+				a->deleted++;
+				a->maps_deleted++;
+			}
+		}
+	}
+	return 0;
+}
+
+#endif /* NX_REAP_H */

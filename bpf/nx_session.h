@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Mappings (the BIB), sessions and TCP state.
+ *
+ * Who writes what: the fast path creates mappings and sessions (BPF_NOEXIST inserts, so
+ * two CPUs creating the same entry end with one entry), refreshes sessions and moves TCP
+ * state. Only the reaper (nx_reap, run by the daemon) deletes. A mapping lives while it
+ * has sessions (nsess, atomic); a mapping that never got one expires on its own timer.
+ */
+#ifndef NX_SESSION_H
+#define NX_SESSION_H
+
+#include "nx_alloc.h"
+#include "nx_common.h"
+#include "nx_maps.h"
+#include "nx_parse.h"
+#include "nx_stats.h"
+
+/* Refresh a session's timer only when it moves by more than this (ticks, ~1 s): an idle
+ * second costs one write, not one per packet, and the cache line stays shared. */
+#define NX_REFRESH_SLACK 64
+
+enum nx_dir {
+	NX_DIR_OUT = 0,
+	NX_DIR_IN = 1,
+};
+
+static __always_inline __u32 nx_now_tick(void)
+{
+	return (__u32)(bpf_ktime_get_coarse_ns() >> NX_TICK_SHIFT);
+}
+
+static __always_inline struct nx_config *nx_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&nx_cfg, &zero);
+}
+
+/* TCP state machine (RFC 6146 3.5.2, RFC 7857 2.1): SYNs from both sides establish,
+ * whatever their order (simultaneous open included); FINs from both sides close; RST
+ * moves to the transitory timeout instead of deleting. */
+static __always_inline __u8 nx_tcp_next(__u8 st, __u8 flags, int dir)
+{
+	if (flags & NX_TCPF_RST)
+		return NX_TCP_RST;
+	if (flags & NX_TCPF_SYN) {
+		if ((dir == NX_DIR_OUT && st == NX_TCP_SYN_IN) ||
+		    (dir == NX_DIR_IN && st == NX_TCP_SYN_OUT))
+			return NX_TCP_EST;
+		if (st == NX_TCP_EST)
+			return st; /* retransmitted SYN-ACK */
+		if (st == NX_TCP_NONE || st == NX_TCP_RST || st >= NX_TCP_FIN_OUT)
+			return dir == NX_DIR_OUT ? NX_TCP_SYN_OUT : NX_TCP_SYN_IN;
+		return st;
+	}
+	if (flags & NX_TCPF_FIN) {
+		if (st == NX_TCP_EST)
+			return dir == NX_DIR_OUT ? NX_TCP_FIN_OUT : NX_TCP_FIN_IN;
+		if ((dir == NX_DIR_OUT && st == NX_TCP_FIN_IN) ||
+		    (dir == NX_DIR_IN && st == NX_TCP_FIN_OUT))
+			return NX_TCP_FIN_BOTH;
+		return st;
+	}
+	if (st == NX_TCP_RST)
+		return NX_TCP_EST; /* traffic after a RST: the connection lives on */
+	return st;
+}
+
+static __always_inline __u32 nx_timeout(struct nx_config *cfg, __u8 proto, __u8 st)
+{
+	if (proto == IPPROTO_TCP)
+		return st == NX_TCP_EST ? cfg->to_tcp_est : cfg->to_tcp_trans;
+	if (proto == IPPROTO_UDP)
+		return cfg->to_udp;
+	return cfg->to_icmp;
+}
+
+/* Update state and timer of an existing session. Outbound packets always refresh
+ * (RFC 4787 REQ-6); inbound packets refresh TCP only (its idle timer counts both ways). */
+static __always_inline void nx_sess_touch(struct nx_config *cfg, struct nx_sess *s, __u8 proto,
+					  __u8 tcp_flags, int dir, __u32 now)
+{
+	__u8 st = s->state;
+	__u8 nst = st;
+	__u32 exp;
+
+	if (proto == IPPROTO_TCP)
+		nst = nx_tcp_next(st, tcp_flags, dir);
+	if (dir == NX_DIR_IN && proto != IPPROTO_TCP)
+		return;
+	exp = now + nx_timeout(cfg, proto, nst);
+	if (nst != st)
+		s->state = nst;
+	if (nst != st || (__s32)(exp - s->expire) > NX_REFRESH_SLACK)
+		s->expire = exp;
+}
+
+/* Create a session for a mapping that exists. Returns the session, or 0 when the table is
+ * full (the caller drops). A session that appeared meanwhile on another CPU is returned
+ * as is: the insert that lost does not count against nsess. */
+static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, struct nx_sess_key *k,
+						      struct nx_map *m, __u8 tcp_flags, int dir,
+						      __u32 now)
+{
+	struct nx_sess fresh = {};
+	struct nx_sess *s;
+
+	if (k->proto == IPPROTO_TCP) {
+		/* a packet of a connection whose session was reaped a moment ago: pick it up */
+		fresh.state = nx_tcp_next(NX_TCP_NONE, tcp_flags, dir);
+		if (fresh.state == NX_TCP_NONE)
+			fresh.state = NX_TCP_EST;
+	}
+	fresh.flags = dir == NX_DIR_IN ? NX_SF_INBOUND : 0;
+	fresh.expire = now + nx_timeout(cfg, k->proto, fresh.state);
+	if (bpf_map_update_elem(&nx_sess, k, &fresh, BPF_NOEXIST) == 0) {
+		__sync_fetch_and_add(&m->nsess, 1);
+		nx_count(NX_STAT_SESS_CREATED);
+	}
+	s = bpf_map_lookup_elem(&nx_sess, k);
+	return s;
+}
+
+#endif /* NX_SESSION_H */

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* Types shared by the data plane and user space. The Rust side gets them from the
+ * skeleton's BTF (libbpf-cargo), never from a hand-written copy: change them here only.
+ * Every key is explicitly padded: hash maps compare keys bytewise, so a hole the compiler
+ * leaves uninitialised would make two equal keys differ.
+ */
+#ifndef NX_TYPES_H
+#define NX_TYPES_H
+
+#include <linux/types.h>
+
+/* Compile-time layout checks (BPF and user space agree on these sizes). */
+#define nx_static_assert(c, msg) _Static_assert(c, msg)
+
+/* Hard limits of the table layouts; the configurable limits sit below them. */
+#define NX_MAX_POOL_ADDRS 65536 /* pool addresses (index fits 16 bits) */
+#define NX_MAX_BLOCKS_PER_SUB 32 /* slots in a subscriber entry */
+#define NX_MAX_IFACES 64
+#define NX_PORTS_PER_ADDR 65536
+#define NX_NPROTO 3
+
+/* Time on the fast path is a 32-bit tick of 2^24 ns (~16.8 ms) taken from
+ * bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC): no division per packet, and 2^32 ticks
+ * are 2.3 years, far beyond any timeout. */
+#define NX_TICK_SHIFT 24
+
+/* Index of a protocol in per-protocol tables (outside port array, counters). */
+enum nx_proto_idx {
+	NX_P_TCP = 0,
+	NX_P_UDP = 1,
+	NX_P_ICMP = 2,
+};
+
+/* nx_config.flags */
+enum nx_config_flags {
+	NX_CF_PORT_PARITY = 1 << 0, /* RFC 4787 REQ-5: even stays even, odd stays odd */
+	NX_CF_HAIRPIN = 1 << 1, /* RFC 4787 REQ-9 */
+};
+
+/* nx_config.filtering (RFC 4787 section 5) */
+enum nx_filtering {
+	NX_FILTER_EIF = 0, /* endpoint-independent */
+	NX_FILTER_ADF = 1, /* address-dependent */
+	NX_FILTER_APDF = 2, /* address-and-port-dependent */
+};
+
+/* The single entry of map nx_cfg. Written by the daemon (at start and on takeover),
+ * read by every packet. Timeouts are in ticks. */
+struct nx_config {
+	__u32 to_udp;
+	__u32 to_tcp_est;
+	__u32 to_tcp_trans;
+	__u32 to_icmp;
+	__u32 flags; /* enum nx_config_flags */
+	__u32 filtering; /* enum nx_filtering */
+	__u16 port_lo; /* pool port range, inclusive */
+	__u16 port_hi;
+	__u16 block_size; /* ports per block */
+	__u16 blocks_per_addr; /* (port_hi - port_lo + 1) / block_size */
+	__u16 max_blocks; /* per subscriber, <= NX_MAX_BLOCKS_PER_SUB */
+	__u16 n_addrs; /* pool addresses in use, <= NX_MAX_POOL_ADDRS */
+	__u32 addr_hint; /* pool index the daemon picks for the next new subscriber */
+	__u32 hold_down_s; /* port hold-down, seconds (daemon side) */
+	__u32 max_new_per_sec; /* per-subscriber new-mapping rate, 0 = unlimited */
+};
+nx_static_assert(sizeof(struct nx_config) == 48, "nx_config layout");
+
+/* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
+ * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
+ * One u64 word, changed only with compare-and-swap (BPF and the daemon through mmap):
+ *   bits 63..62  state
+ *   USED:        bits 15..0 = inside port (inside address = the owner of the port's block)
+ *   HELD:        bits 31..0 = CLOCK_MONOTONIC second at which the port was released
+ */
+#define NX_PORT_STATE_SHIFT 62
+#define NX_PORT_FREE 0ULL
+#define NX_PORT_USED 1ULL
+#define NX_PORT_HELD 2ULL
+#define NX_PORT_STATIC 3ULL /* static forward; dynamic allocation never hands it out */
+#define NX_PORT_STATE(w) ((w) >> NX_PORT_STATE_SHIFT)
+
+/* ---- Port blocks (map nx_blocks, direct-indexed) ------------------------------------
+ * index = pool_index * blocks_per_addr + block_number; block b covers outside ports
+ * [port_lo + b * block_size, port_lo + (b + 1) * block_size) on every protocol.
+ * One u64 word, compare-and-swap only:
+ *   bits 31..0   owner: the subscriber's inside address (network order), 0 = free
+ *   bits 63..32  ports of the block in state USED or HELD, all protocols
+ */
+#define NX_BLOCK_OWNER(w) ((__u32)(w))
+#define NX_BLOCK_USED(w) ((__u32)((w) >> 32))
+
+/* ---- Subscribers (map nx_subs, hash by inside address) ------------------------------ */
+struct nx_sub {
+	__u32 addr_idx; /* paired pooling: every block of the subscriber is on this address */
+	__u32 flags;
+	__u64 rate_ts; /* token bucket for the new-mapping rate limit (ns) */
+	__u32 rate_tokens;
+	__u32 icmp_ts; /* last ICMP 3/13 sent to this subscriber (ticks), rate limit */
+	/* global block id + 1 of each block the subscriber holds; 0 = empty slot */
+	__u32 blocks[NX_MAX_BLOCKS_PER_SUB];
+};
+
+/* ---- Mappings, the BIB (map nx_maps, hash) -------------------------------------------
+ * Endpoint-independent: one entry per inside (address, port|query id, protocol). */
+struct nx_map_key {
+	__u32 in_ip; /* network order */
+	__u16 in_port; /* network order; ICMP: the echo identifier */
+	__u8 proto; /* IPPROTO_* */
+	__u8 pad;
+};
+nx_static_assert(sizeof(struct nx_map_key) == 8, "nx_map_key layout");
+
+struct nx_map {
+	__u32 out_ip; /* network order */
+	__u16 out_port; /* network order */
+	__u16 flags; /* enum nx_map_flags */
+	__u32 nsess; /* sessions referring to this mapping (atomic) */
+	__u32 expire; /* tick; refreshed by its sessions */
+};
+nx_static_assert(sizeof(struct nx_map) == 16, "nx_map layout");
+
+enum nx_map_flags {
+	NX_MF_STATIC = 1 << 0,
+};
+
+/* ---- Sessions (map nx_sess, hash) ----------------------------------------------------
+ * One entry per connection, keyed from the inside: (inside ip:port, remote ip:port). */
+struct nx_sess_key {
+	__u32 in_ip;
+	__u32 rem_ip;
+	__u16 in_port;
+	__u16 rem_port;
+	__u8 proto;
+	__u8 pad[3];
+};
+nx_static_assert(sizeof(struct nx_sess_key) == 16, "nx_sess_key layout");
+
+struct nx_sess {
+	__u32 expire; /* tick */
+	__u8 state; /* enum nx_tcp_state; NX_TCP_NONE for UDP and ICMP */
+	__u8 flags; /* enum nx_sess_flags */
+	__u16 pad;
+};
+nx_static_assert(sizeof(struct nx_sess) == 8, "nx_sess layout");
+
+/* TCP connection tracking, after RFC 6146 section 3.5.2 and RFC 7857 section 2.1. */
+enum nx_tcp_state {
+	NX_TCP_NONE = 0,
+	NX_TCP_SYN_OUT = 1, /* SYN seen from inside only */
+	NX_TCP_SYN_IN = 2, /* SYN seen from outside only */
+	NX_TCP_EST = 3,
+	NX_TCP_FIN_OUT = 4, /* FIN from inside */
+	NX_TCP_FIN_IN = 5, /* FIN from outside */
+	NX_TCP_FIN_BOTH = 6,
+	NX_TCP_RST = 7, /* RST seen: transitory timeout, not deleted at once (RFC 7857) */
+};
+
+enum nx_sess_flags {
+	NX_SF_INBOUND = 1 << 0, /* created by an inbound packet */
+};
+
+/* ---- Interfaces (map nx_ifaces, hash by ifindex) ------------------------------------- */
+enum nx_iface_role {
+	NX_ROLE_NONE = 0,
+	NX_ROLE_INSIDE = 1,
+	NX_ROLE_OUTSIDE = 2,
+};
+
+/* ---- Reaper (the syscall program nx_reap, run by the daemon) -------------------------
+ * The daemon finds candidates by scanning; the data-plane code deletes them with the same
+ * atomics the fast path uses, after checking again that they are still expired. */
+#define NX_REAP_BATCH 64
+
+enum nx_reap_op {
+	NX_REAP_SESSIONS = 1, /* sess[] holds candidate session keys */
+	NX_REAP_MAPPINGS = 2, /* maps[] holds candidate mapping keys (nsess == 0) */
+};
+
+struct nx_reap_args {
+	__u32 op; /* enum nx_reap_op */
+	__u32 n; /* entries used, <= NX_REAP_BATCH */
+	__u32 now_s; /* CLOCK_MONOTONIC seconds, written into released ports */
+	__u32 deleted; /* out: entries deleted */
+	__u32 maps_deleted; /* out: mappings deleted as a consequence */
+	__u32 pad;
+	union {
+		struct nx_sess_key sess[NX_REAP_BATCH];
+		struct nx_map_key maps[NX_REAP_BATCH];
+	};
+};
+
+/* ---- Counters (map nx_stats, per-CPU array indexed by enum nx_stat) -----------------
+ * Every XDP_DROP in the data plane increments exactly one NX_DROP_* counter. The names
+ * user space prints are these, lower-cased, without the prefix. */
+enum nx_stat {
+	/* traffic */
+	NX_STAT_RX_INSIDE = 0,
+	NX_STAT_RX_OUTSIDE,
+	NX_STAT_XLATE_OUT, /* translated inside -> outside */
+	NX_STAT_XLATE_IN, /* translated outside -> inside */
+	NX_STAT_REDIRECT, /* forwarded by XDP itself */
+	NX_STAT_PASS_NOT_IP, /* non-IPv4 (ARP, IPv6...) to the kernel */
+	NX_STAT_PASS_LOCAL, /* for the gateway itself, or not ours to translate */
+	NX_STAT_PASS_TTL, /* TTL <= 1: the kernel answers time exceeded */
+	NX_STAT_PASS_NO_NEIGH, /* translated, neighbour unresolved: kernel forwards */
+	NX_STAT_PASS_FIB_OTHER, /* fib said anything else: kernel decides */
+	NX_STAT_MAP_CREATED,
+	NX_STAT_SESS_CREATED,
+	NX_STAT_SUB_CREATED,
+	NX_STAT_BLOCK_ALLOC,
+	NX_STAT_ALLOC_RETRY, /* a compare-and-swap lost to another CPU */
+	/* drops: one reason each */
+	NX_DROP_FIRST,
+	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */
+	NX_DROP_MALFORMED_IP, /* bad version, IHL < 5, total length that lies */
+	NX_DROP_MALFORMED_L4, /* truncated TCP/UDP/ICMP header, bad TCP data offset */
+	NX_DROP_FRAGMENT, /* IPv4 fragment (not translated yet) */
+	NX_DROP_UNSUPPORTED_PROTO, /* neither TCP, UDP nor ICMP */
+	NX_DROP_UNSUPPORTED_ICMP, /* ICMP type natrix does not translate */
+	NX_DROP_NO_MAPPING, /* inbound to the pool with no mapping */
+	NX_DROP_FILTERED, /* inbound refused by the filtering mode */
+	NX_DROP_POOL_EXHAUSTED, /* no free block on any pool address */
+	NX_DROP_QUOTA_EXCEEDED, /* subscriber's blocks all used (max_blocks) */
+	NX_DROP_RATE_LIMITED, /* subscriber's new-mapping rate */
+	NX_DROP_TABLE_FULL, /* mapping/session/subscriber table at max_entries */
+	NX_DROP_HAIRPIN_DISABLED,
+	NX_DROP_TCP_NO_SYN, /* first TCP packet of a flow is not a SYN (outbound) */
+	NX_DROP_REDIRECT_FAILED,
+	NX_DROP_INTERNAL, /* a lookup that cannot fail did: a bug, never expected */
+	NX_STAT_MAX,
+};
+
+#endif /* NX_TYPES_H */

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# Checks what building and testing natrix needs, and installs what is missing (Debian 12).
+set -euo pipefail
+
+need_pkgs=()
+check() { # check <command-or-file> <debian package>
+	if [[ $1 == /* ]]; then [[ -e $1 ]] || need_pkgs+=("$2")
+	else command -v "$1" >/dev/null 2>&1 || need_pkgs+=("$2"); fi
+}
+check clang clang
+check llvm-strip llvm
+check pkg-config pkg-config
+check /usr/include/libelf.h libelf-dev
+check /usr/include/zlib.h zlib1g-dev
+check /usr/include/linux/bpf.h linux-libc-dev
+check make make
+check ip iproute2
+check ethtool ethtool
+check ping iputils-ping
+check curl curl
+check nft nftables
+check python3 python3
+check unshare util-linux
+
+if ((${#need_pkgs[@]})); then
+	echo "deps: installing ${need_pkgs[*]}"
+	if [[ $(id -u) -ne 0 ]]; then echo "deps: need root for apt-get" >&2; exit 1; fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q || true
+	apt-get install -y -q --no-install-recommends "${need_pkgs[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1 && [[ ! -x $HOME/.cargo/bin/cargo ]]; then
+	echo "deps: no Rust toolchain; installing Debian's cargo (natrix needs rustc >= 1.82)"
+	apt-get install -y -q cargo rustc
+fi
+rustc_v=$( (command -v rustc >/dev/null && rustc --version || "$HOME/.cargo/bin/rustc" --version) | awk '{print $2}')
+if [[ $(printf '%s\n1.82.0\n' "$rustc_v" | sort -V | head -1) != 1.82.0 ]]; then
+	echo "deps: rustc $rustc_v is older than 1.82: install a newer toolchain (rustup)" >&2
+	exit 1
+fi
+if ! mount | grep -q ' type bpf '; then
+	echo "deps: note: no bpffs mounted; natrix mounts one at /sys/fs/bpf when it starts"
+fi
+echo "deps: ok (clang $(clang --version | head -1 | grep -o '[0-9]*\.[0-9.]*' | head -1), rustc $rustc_v)"

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! `natrix run`: validate, load or take over, attach, then sweep until told to stop.
+//!
+//! Stopping (SIGINT/SIGTERM) leaves everything pinned and attached: the data plane keeps
+//! translating with no daemon, and the next `natrix run` takes it over.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::dataplane::{self, Dataplane, Persistence};
+use crate::expiry::Sweeper;
+
+pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
+    for w in &cfg.warnings {
+        warn!("{w}");
+    }
+    // Everything that can be checked before touching the kernel is checked first, so that
+    // a mistake leaves nothing attached.
+    let ifaces = dataplane::resolve_interfaces(cfg)?;
+    let pin = cfg.daemon.pin_path.clone();
+    dataplane::ensure_bpffs(&pin)?;
+    let fresh = !dataplane::is_pinned(&pin);
+    let dp = Dataplane::load(cfg, Persistence::Pinned(pin.clone()))?;
+    let setup = (|| -> Result<()> {
+        dp.configure(cfg, &ifaces)?;
+        dataplane::prepare_sysctls(&ifaces)?;
+        dp.attach(&ifaces, cfg.interfaces.xdp_mode)?;
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        if fresh {
+            // nothing of ours was running before: leave nothing behind
+            let _ = dataplane::down(&pin);
+        }
+        return Err(e);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop))?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
+
+    let mut sweeper = Sweeper::new(&dp.tables)?;
+    info!(
+        config = %config_path.display(),
+        pin = %pin.display(),
+        pool = cfg.pool.addresses.len(),
+        interfaces = ifaces.len(),
+        takeover = dp.took_over,
+        "natrix ready: translating"
+    );
+    let every = cfg.daemon.sweep_interval;
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if Instant::now() >= next {
+            match sweeper.sweep(&dp.tables, &dp.skel.progs.nx_reap) {
+                Ok(r) if r.sessions_expired + r.mappings_released + r.blocks_released > 0 => info!(
+                    sessions = r.sessions_expired,
+                    mappings = r.mappings_released,
+                    ports_freed = r.ports_freed,
+                    blocks = r.blocks_released,
+                    "expired"
+                ),
+                Ok(_) => {}
+                Err(e) => warn!("sweep failed: {e}"),
+            }
+            next = Instant::now() + every;
+        }
+        std::thread::sleep(Duration::from_millis(50).min(every));
+    }
+    info!("stopping; the data plane keeps translating (pinned under {})", pin.display());
+    Ok(())
+}
+
+/// Loads the config for `run`, turning every problem into the operator-facing message.
+pub fn load_config(path: &Path) -> Result<Config> {
+    Config::load(path).with_context(|| format!("{}", path.display()))
+}

@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! Loading the data plane, taking over a running one, attaching and detaching it.
+//!
+//! State that must outlive the daemon lives in bpffs under the pin directory: every map,
+//! and one bpf_link per interface (`link_<ifname>`). A pinned XDP link keeps its program
+//! attached when the daemon exits; the next daemon loads the new programs onto the SAME
+//! maps (`reuse_pinned_map`) and swaps the program of each link atomically
+//! (`bpf_link_update`): no packet is ever without a program, and no mapping is lost.
+
+use std::mem::MaybeUninit;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags};
+use thiserror::Error;
+use tracing::{info, warn};
+
+use crate::config::{Config, Filtering, XdpMode};
+use crate::skel::types::nx_config;
+use crate::skel::{NatrixSkel, NatrixSkelBuilder};
+use crate::tables::{bytes_of, Tables, MAP_NAMES, NPROTO, TICK_SHIFT};
+
+/// Values of `enum nx_iface_role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Inside = 1,
+    Outside = 2,
+}
+
+#[derive(Debug, Clone)]
+pub struct Iface {
+    pub name: String,
+    pub ifindex: u32,
+    pub role: Role,
+}
+
+#[derive(Debug, Error)]
+pub enum DataplaneError {
+    #[error("interface {name} ({key}): {reason}")]
+    Interface { name: String, key: &'static str, reason: String },
+    #[error("{what}: {source}")]
+    Bpf { what: String, source: libbpf_rs::Error },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error(
+        "the running data plane under {pin} was built for a different {what}; \
+         run `natrix down` first to start afresh (this drops every mapping)"
+    )]
+    Incompatible { pin: String, what: String },
+    #[error(transparent)]
+    Table(#[from] crate::tables::TableError),
+}
+
+type Result<T> = std::result::Result<T, DataplaneError>;
+
+fn bpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> DataplaneError {
+    let what = what.into();
+    move |source| DataplaneError::Bpf { what, source }
+}
+
+/// Table sizes derived from the config. Part of the on-disk contract: a takeover needs the
+/// same sizes, because the maps are reused as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub pool: u32,
+    pub ports: u32,
+    pub blocks: u32,
+    pub subs: u32,
+    pub maps: u32,
+    pub sess: u32,
+}
+
+impl Sizes {
+    pub fn from_config(c: &Config) -> Self {
+        let n = c.pool.addresses.len() as u32;
+        Sizes {
+            pool: n.max(1),
+            ports: (n * NPROTO * 65536).max(1),
+            blocks: (n * c.block_count_per_addr()).max(1),
+            subs: c.limits.max_subscribers,
+            maps: c.limits.max_mappings,
+            sess: c.limits.max_sessions,
+        }
+    }
+}
+
+/// Resolves interface names in the current network namespace. Errors name the config key.
+pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
+    let mut out = Vec::new();
+    for (names, role, key) in [
+        (&c.interfaces.inside, Role::Inside, "interfaces.inside"),
+        (&c.interfaces.outside, Role::Outside, "interfaces.outside"),
+    ] {
+        for name in names {
+            let cname = std::ffi::CString::new(name.as_str()).map_err(|_| DataplaneError::Interface {
+                name: name.clone(),
+                key,
+                reason: "name contains a NUL byte".into(),
+            })?;
+            // SAFETY: valid NUL-terminated string.
+            let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+            if ifindex == 0 {
+                return Err(DataplaneError::Interface {
+                    name: name.clone(),
+                    key,
+                    reason: "no such interface in this network namespace".into(),
+                });
+            }
+            out.push(Iface { name: name.clone(), ifindex, role });
+        }
+    }
+    Ok(out)
+}
+
+/// The nx_config the data plane runs with, derived from the config file.
+pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
+    let ticks = |d: std::time::Duration| {
+        let t = (d.as_nanos() >> TICK_SHIFT) as u64;
+        t.clamp(1, u32::MAX as u64 / 2) as u32
+    };
+    let mut flags = 0u32;
+    if c.nat.port_parity {
+        flags |= 1;
+    }
+    if c.nat.hairpinning {
+        flags |= 2;
+    }
+    nx_config {
+        to_udp: ticks(c.timeouts.udp),
+        to_tcp_est: ticks(c.timeouts.tcp_established),
+        to_tcp_trans: ticks(c.timeouts.tcp_transitory),
+        to_icmp: ticks(c.timeouts.icmp),
+        flags,
+        filtering: match c.nat.filtering {
+            Filtering::EndpointIndependent => 0,
+            Filtering::AddressDependent => 1,
+            Filtering::AddressAndPortDependent => 2,
+        },
+        port_lo: c.pool.port_lo,
+        port_hi: c.pool.port_hi,
+        block_size: c.nat.block_size,
+        blocks_per_addr: c.block_count_per_addr() as u16,
+        max_blocks: c.nat.max_blocks_per_subscriber,
+        n_addrs: c.pool.addresses.len() as u16,
+        addr_hint,
+        hold_down_s: c.timeouts.port_hold_down.as_secs() as u32,
+        max_new_per_sec: c.nat.max_new_mappings_per_sec,
+        ..Default::default()
+    }
+}
+
+/// How a data plane instance keeps its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Persistence {
+    /// Maps and links pinned under this directory (the daemon).
+    Pinned(PathBuf),
+    /// Private maps that die with the process (packet tests, benchmarks).
+    Private,
+}
+
+/// A loaded data plane.
+pub struct Dataplane {
+    pub skel: NatrixSkel<'static>,
+    pub tables: Tables,
+    pub sizes: Sizes,
+    /// True when the maps were taken over from a running instance.
+    pub took_over: bool,
+    persistence: Persistence,
+}
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+fn is_bpffs(p: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else { return false };
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-pointer.
+    unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
+}
+
+/// Makes sure the pin directory sits on a bpffs, mounting one at /sys/fs/bpf if needed.
+pub fn ensure_bpffs(pin: &Path) -> Result<()> {
+    let parent = pin.parent().unwrap_or(Path::new("/"));
+    if is_bpffs(parent) {
+        return Ok(());
+    }
+    let root = Path::new("/sys/fs/bpf");
+    if parent.starts_with(root) && !is_bpffs(root) {
+        std::fs::create_dir_all(root)
+            .map_err(|source| DataplaneError::Io { what: "creating /sys/fs/bpf".into(), source })?;
+        let (src, dst, fs) = (c"bpf", c"/sys/fs/bpf", c"bpf");
+        // SAFETY: constant NUL-terminated strings.
+        if unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) } != 0 {
+            return Err(DataplaneError::Io {
+                what: "mounting bpffs at /sys/fs/bpf".into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        info!("mounted bpffs at /sys/fs/bpf");
+    }
+    if !is_bpffs(parent) {
+        return Err(DataplaneError::Io {
+            what: format!("pin directory parent {} is not on a bpf filesystem", parent.display()),
+            source: std::io::Error::from_raw_os_error(libc::ENOTSUP),
+        });
+    }
+    Ok(())
+}
+
+/// Whether a data plane is pinned (running or left running) under `pin`.
+pub fn is_pinned(pin: &Path) -> bool {
+    pin.join("nx_cfg").exists()
+}
+
+impl Dataplane {
+    /// Opens and loads the BPF object with table sizes from `cfg`. With `Pinned`, maps that
+    /// are already pinned are reused as they are (a takeover), the others are created and
+    /// pinned.
+    pub fn load(cfg: &Config, persistence: Persistence) -> Result<Self> {
+        let sizes = Sizes::from_config(cfg);
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = NatrixSkelBuilder::default().open(storage).map_err(bpf("opening the BPF object"))?;
+
+        let pin_dir = match &persistence {
+            Persistence::Pinned(p) => Some(p.clone()),
+            Persistence::Private => None,
+        };
+        let took_over = pin_dir.as_deref().is_some_and(is_pinned);
+        {
+            let m = &mut open.maps;
+            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 8] = [
+                (&mut m.nx_pool, sizes.pool),
+                (&mut m.nx_pool_idx, sizes.pool),
+                (&mut m.nx_ports, sizes.ports),
+                (&mut m.nx_blocks, sizes.blocks),
+                (&mut m.nx_subs, sizes.subs),
+                (&mut m.nx_maps, sizes.maps),
+                (&mut m.nx_sess, sizes.sess),
+                (&mut m.nx_cfg, 1),
+            ];
+            for (map, n) in sized {
+                let name = map.name().to_string_lossy().into_owned();
+                map.set_max_entries(n).map_err(bpf(format!("sizing map {name}")))?;
+            }
+        }
+        if let Some(dir) = &pin_dir {
+            if took_over {
+                for map in open.open_object_mut().maps_mut() {
+                    let name = map.name().to_string_lossy().into_owned();
+                    if !MAP_NAMES.contains(&name.as_str()) {
+                        continue;
+                    }
+                    let path = dir.join(&name);
+                    if !path.exists() {
+                        return Err(DataplaneError::Incompatible {
+                            pin: dir.display().to_string(),
+                            what: format!("version (map {name} is missing)"),
+                        });
+                    }
+                    map.reuse_pinned_map(&path).map_err(|_| DataplaneError::Incompatible {
+                        pin: dir.display().to_string(),
+                        what: format!(
+                            "table layout or size (map {name}: pool, ports, block size or [limits] changed?)"
+                        ),
+                    })?;
+                }
+            }
+        }
+        let skel = open.load().map_err(bpf("loading the BPF programs (verifier)"))?;
+        let tables = Tables::from_skel(&skel)?;
+        let mut dp = Dataplane { skel, tables, sizes, took_over, persistence };
+        if let (Some(dir), false) = (pin_dir, took_over) {
+            dp.pin_maps(&dir)?;
+        }
+        Ok(dp)
+    }
+
+    fn pin_maps(&mut self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| DataplaneError::Io { what: format!("creating {}", dir.display()), source })?;
+        use libbpf_rs::skel::Skel;
+        for map in self.skel.object_mut().maps_mut() {
+            let name = map.name().to_string_lossy().into_owned();
+            if MAP_NAMES.contains(&name.as_str()) {
+                map.pin(dir.join(&name)).map_err(bpf(format!("pinning map {name}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes configuration, pool and interface tables. On a takeover, the pool and port
+    /// layout must match what the running maps hold (they are the key of every mapping);
+    /// timeouts, flags and limits are updated in place.
+    pub fn configure(&self, cfg: &Config, ifaces: &[Iface]) -> Result<()> {
+        let t = &self.tables;
+        let mut hint = 0;
+        if self.took_over {
+            let old = t.config()?;
+            let pool = t.pool()?;
+            let pin = self.pin_display();
+            if pool != cfg.pool.addresses {
+                return Err(DataplaneError::Incompatible { pin, what: "pool.addresses".into() });
+            }
+            if (old.port_lo, old.port_hi) != (cfg.pool.port_lo, cfg.pool.port_hi) {
+                return Err(DataplaneError::Incompatible { pin, what: "pool.ports".into() });
+            }
+            if old.block_size != cfg.nat.block_size {
+                return Err(DataplaneError::Incompatible { pin, what: "nat.block_size".into() });
+            }
+            hint = old.addr_hint;
+        } else {
+            for (i, a) in cfg.pool.addresses.iter().enumerate() {
+                let (i, a) = (i as u32, u32::from_ne_bytes(a.octets()));
+                t.pool.update(&i.to_ne_bytes(), &a.to_ne_bytes(), MapFlags::ANY).map_err(bpf("filling nx_pool"))?;
+                t.pool_idx
+                    .update(&a.to_ne_bytes(), &i.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(bpf("filling nx_pool_idx"))?;
+            }
+        }
+        t.write_config(&nx_config_from(cfg, hint))?;
+        self.set_interfaces(ifaces)
+    }
+
+    /// Interface roles and redirect targets: replaces whatever was there.
+    pub fn set_interfaces(&self, ifaces: &[Iface]) -> Result<()> {
+        let t = &self.tables;
+        for k in t.ifaces.keys().collect::<Vec<_>>() {
+            let _ = t.ifaces.delete(&k);
+        }
+        for k in t.tx.keys().collect::<Vec<_>>() {
+            let _ = t.tx.delete(&k);
+        }
+        for i in ifaces {
+            let k = i.ifindex.to_ne_bytes();
+            t.ifaces.update(&k, &(i.role as u32).to_ne_bytes(), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
+            t.tx.update(&k, &k, MapFlags::ANY).map_err(bpf(format!("adding {} to the redirect map", i.name)))?;
+        }
+        Ok(())
+    }
+
+    fn pin_display(&self) -> String {
+        match &self.persistence {
+            Persistence::Pinned(p) => p.display().to_string(),
+            Persistence::Private => "(private)".into(),
+        }
+    }
+
+    /// Attaches the XDP programs: a new pinned link per interface, or, on a takeover, the
+    /// existing link switched to the new program atomically. On failure every link this
+    /// call created is removed again.
+    pub fn attach(&self, ifaces: &[Iface], mode: XdpMode) -> Result<()> {
+        let Persistence::Pinned(dir) = &self.persistence else {
+            return Err(DataplaneError::Io {
+                what: "attach needs a pinned data plane".into(),
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        };
+        let mut created: Vec<PathBuf> = Vec::new();
+        let res = (|| {
+            for i in ifaces {
+                let prog = match i.role {
+                    Role::Inside => &self.skel.progs.nx_xdp_inside,
+                    Role::Outside => &self.skel.progs.nx_xdp_outside,
+                };
+                let path = link_path(dir, &i.name);
+                if path.exists() {
+                    let mut link = Link::open(&path).map_err(bpf(format!("opening pinned link of {}", i.name)))?;
+                    link.update_prog(prog).map_err(bpf(format!("replacing the program on {}", i.name)))?;
+                    info!(iface = %i.name, "program replaced on the running link");
+                } else {
+                    create_xdp_link(prog.as_fd().as_raw_fd(), i, mode, &path)?;
+                    created.push(path);
+                    info!(iface = %i.name, ifindex = i.ifindex, ?mode, "XDP attached");
+                }
+            }
+            Ok(())
+        })();
+        if res.is_err() {
+            for p in created {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        res
+    }
+}
+
+fn link_path(dir: &Path, ifname: &str) -> PathBuf {
+    dir.join(format!("link_{ifname}"))
+}
+
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// bpf_link_create for XDP with an explicit mode (native unless configured otherwise), then
+/// pinned. libbpf-rs' attach_xdp does not take the mode flags.
+fn create_xdp_link(prog_fd: i32, i: &Iface, mode: XdpMode, path: &Path) -> Result<()> {
+    let flags = match mode {
+        XdpMode::Native => XDP_FLAGS_DRV_MODE,
+        XdpMode::Generic => XDP_FLAGS_SKB_MODE,
+    };
+    let opts = libbpf_rs::libbpf_sys::bpf_link_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_link_create_opts>() as _,
+        flags,
+        ..Default::default()
+    };
+    // SAFETY: valid program fd and options struct.
+    let fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_link_create(prog_fd, i.ifindex as i32, libbpf_rs::libbpf_sys::BPF_XDP, &opts)
+    };
+    if fd < 0 {
+        let err = std::io::Error::from_raw_os_error(-fd);
+        let hint = if mode == XdpMode::Native && fd == -libc::EOPNOTSUPP {
+            " (the driver has no native XDP: set interfaces.xdp_mode = \"generic\")"
+        } else if fd == -libc::EBUSY {
+            " (another XDP program is attached: remove it first)"
+        } else {
+            ""
+        };
+        return Err(DataplaneError::Interface {
+            name: i.name.clone(),
+            key: if i.role == Role::Inside { "interfaces.inside" } else { "interfaces.outside" },
+            reason: format!("attaching XDP failed: {err}{hint}"),
+        });
+    }
+    let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
+    // SAFETY: valid fd and path.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd, cpath.as_ptr()) };
+    // SAFETY: we own fd; the pin (if made) keeps the link alive.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(DataplaneError::Io {
+            what: format!("pinning the XDP link of {} at {}", i.name, path.display()),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// Detaches everything and removes the pinned state: links first (traffic stops being
+/// translated at once), then the maps.
+pub fn down(pin: &Path) -> Result<usize> {
+    let Ok(rd) = std::fs::read_dir(pin) else { return Ok(0) };
+    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    // links before maps
+    entries.sort_by_key(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("link_")));
+    let mut n = 0;
+    for p in &entries {
+        let is_link = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("link_"));
+        if is_link {
+            // Detach explicitly: another process may still hold the link open.
+            if let Ok(link) = Link::open(p) {
+                if let Err(e) = link.detach() {
+                    warn!(link = %p.display(), "detach failed: {e}");
+                }
+            }
+        }
+        std::fs::remove_file(p)
+            .map_err(|source| DataplaneError::Io { what: format!("removing {}", p.display()), source })?;
+        n += 1;
+    }
+    std::fs::remove_dir(pin).map_err(|source| DataplaneError::Io { what: format!("removing {}", pin.display()), source })?;
+    Ok(n)
+}
+
+/// IPv4 address as the data plane stores it (network order in a native u32).
+pub fn ip_be(a: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(a.octets())
+}
+
+pub fn ip_from_be(v: u32) -> Ipv4Addr {
+    Ipv4Addr::from(v.to_ne_bytes())
+}
+
+/// Sets the sysctls the kernel fallback path depends on: forwarding must be on (else
+/// bpf_fib_lookup answers "forwarding disabled"), and reverse-path filtering off on the
+/// inside interfaces, where translated packets handed to the kernel carry a pool source.
+pub fn prepare_sysctls(ifaces: &[Iface]) -> Result<()> {
+    let write = |path: String, val: &str| -> Result<()> {
+        let cur = std::fs::read_to_string(&path).unwrap_or_default();
+        if cur.trim() != val {
+            std::fs::write(&path, val).map_err(|source| DataplaneError::Io { what: format!("writing {path}"), source })?;
+            info!("set {path} = {val}");
+        }
+        Ok(())
+    };
+    write("/proc/sys/net/ipv4/ip_forward".into(), "1")?;
+    for i in ifaces.iter().filter(|i| i.role == Role::Inside) {
+        write(format!("/proc/sys/net/ipv4/conf/{}/rp_filter", i.name), "0")?;
+    }
+    let all = std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/rp_filter").unwrap_or_default();
+    if all.trim() == "1" {
+        warn!("net.ipv4.conf.all.rp_filter = 1 overrides the inside interfaces: packets the kernel forwards for natrix may be dropped");
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! Expiry and release: the CPU side of the state's life cycle.
+//!
+//! The fast path only creates and refreshes. Each sweep the daemon
+//! 1. reads the session table and hands expired sessions to the BPF reaper (`nx_reap`),
+//!    which checks them again against the kernel clock, deletes them, and releases a mapping
+//!    when its last session goes (its outside port goes on hold-down);
+//! 2. hands mappings that never got a session and whose own timer ran out to the reaper;
+//! 3. frees held ports whose hold-down is over, and returns empty blocks to the pool, with
+//!    compare-and-swap on the mmapped port and block arrays, as the fast path claims them;
+//! 4. forgets subscribers that hold no block any more;
+//! 5. points `addr_hint` at the pool address with the most free blocks, which is where the
+//!    next new subscriber goes (the "which block" decision stays on the CPU side).
+
+use std::sync::atomic::Ordering;
+
+use libbpf_rs::{MapCore, ProgramInput};
+use tracing::debug;
+
+use crate::skel::types::{nx_map_key, nx_reap_args, nx_sess_key};
+use crate::tables::{
+    now_ns, now_tick, MmapWords, Tables, TableError, PORT_HELD, PORT_STATE_SHIFT,
+};
+
+const NX_REAP_SESSIONS: u32 = 1;
+const NX_REAP_MAPPINGS: u32 = 2;
+const BATCH: usize = 64;
+
+/// What one sweep did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepReport {
+    pub sessions_expired: u32,
+    pub mappings_released: u32,
+    pub ports_freed: u32,
+    pub blocks_released: u32,
+    pub subscribers_removed: u32,
+}
+
+/// The reaper program, run with BPF_PROG_RUN.
+pub trait Reaper {
+    fn reap(&self, args: &mut nx_reap_args) -> Result<(), libbpf_rs::Error>;
+}
+
+impl Reaper for libbpf_rs::ProgramMut<'_> {
+    fn reap(&self, args: &mut nx_reap_args) -> Result<(), libbpf_rs::Error> {
+        // SAFETY: nx_reap_args is plain old data; the kernel reads and writes it as ctx.
+        let ctx = unsafe {
+            std::slice::from_raw_parts_mut((args as *mut nx_reap_args).cast::<u8>(), std::mem::size_of::<nx_reap_args>())
+        };
+        let mut input = ProgramInput::default();
+        input.context_in = Some(ctx);
+        self.test_run(input)?;
+        Ok(())
+    }
+}
+
+pub struct Sweeper {
+    ports: MmapWords,
+    blocks: MmapWords,
+    empty_last: std::collections::HashSet<(usize, u64)>,
+}
+
+fn mono_secs() -> u32 {
+    (now_ns() / 1_000_000_000) as u32
+}
+
+impl Sweeper {
+    pub fn new(t: &Tables) -> Result<Self, TableError> {
+        Ok(Sweeper {
+            ports: MmapWords::new(&t.ports, "nx_ports")?,
+            blocks: MmapWords::new(&t.blocks, "nx_blocks")?,
+            empty_last: Default::default(),
+        })
+    }
+
+    pub fn sweep(&mut self, t: &Tables, reaper: &dyn Reaper) -> Result<SweepReport, TableError> {
+        let mut r = SweepReport::default();
+        let now = now_tick();
+        let now_s = mono_secs();
+        let expired = |e: u32| (e.wrapping_sub(now) as i32) <= 0;
+
+        // 1. sessions
+        let cands: Vec<nx_sess_key> =
+            t.sessions()?.into_iter().filter(|(_, s)| expired(s.expire)).map(|(k, _)| k).collect();
+        for chunk in cands.chunks(BATCH) {
+            let mut a = nx_reap_args { op: NX_REAP_SESSIONS, n: chunk.len() as u32, now_s, ..Default::default() };
+            // SAFETY: writing the union's session view; the op field says which view.
+            unsafe { a.__anon_nx_reap_args_1.sess[..chunk.len()].copy_from_slice(chunk) };
+            self.run(reaper, &mut a)?;
+            r.sessions_expired += a.deleted;
+            r.mappings_released += a.maps_deleted;
+        }
+
+        // 2. mappings without sessions
+        let cands: Vec<nx_map_key> = t
+            .mappings()?
+            .into_iter()
+            .filter(|(_, m)| m.nsess == 0 && m.flags & 1 == 0 && expired(m.expire))
+            .map(|(k, _)| k)
+            .collect();
+        for chunk in cands.chunks(BATCH) {
+            let mut a = nx_reap_args { op: NX_REAP_MAPPINGS, n: chunk.len() as u32, now_s, ..Default::default() };
+            // SAFETY: as above, the mapping view.
+            unsafe { a.__anon_nx_reap_args_1.maps[..chunk.len()].copy_from_slice(chunk) };
+            self.run(reaper, &mut a)?;
+            r.mappings_released += a.maps_deleted;
+        }
+
+        // 3. hold-down over: free the port, then the block if it became empty
+        let cfg = t.config()?;
+        let (bpa, bs, lo) = (cfg.blocks_per_addr as u32, cfg.block_size as u32, cfg.port_lo as u32);
+        let hold = cfg.hold_down_s;
+        let blocks = self.blocks.words();
+        for (idx, w) in self.ports.words().iter().enumerate() {
+            let v = w.load(Ordering::Relaxed);
+            if v >> PORT_STATE_SHIFT != PORT_HELD {
+                continue;
+            }
+            let released = v as u32;
+            if now_s.wrapping_sub(released) < hold {
+                continue;
+            }
+            if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                continue;
+            }
+            r.ports_freed += 1;
+            let (addr_idx, port) = ((idx >> 16) as u32 / 3, (idx & 0xffff) as u32);
+            if bs == 0 || port < lo {
+                continue;
+            }
+            let gid = (addr_idx * bpa + (port - lo) / bs) as usize;
+            if let Some(b) = blocks.get(gid) {
+                let after = b.fetch_sub(1 << 32, Ordering::AcqRel) - (1 << 32);
+                if after >> 32 == 0 && after as u32 != 0 {
+                    // owned and empty: back to the pool, unless the fast path reserved it
+                    // again meanwhile (then the exchange fails and the owner keeps it)
+                    if b.compare_exchange(after, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                        r.blocks_released += 1;
+                    }
+                }
+            }
+        }
+        // Owned blocks with no port counted: a new subscriber whose first port never got
+        // claimed, or a block emptied by a lost race. Released when seen so on two sweeps
+        // in a row, so that a CPU between claiming and recording one is never robbed.
+        let mut empty_now = std::collections::HashSet::new();
+        for (gid, b) in blocks.iter().enumerate() {
+            let v = b.load(Ordering::Relaxed);
+            if v != 0 && v >> 32 == 0 {
+                if self.empty_last.contains(&(gid, v))
+                    && b.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                {
+                    r.blocks_released += 1;
+                } else {
+                    empty_now.insert((gid, v));
+                }
+            }
+        }
+        self.empty_last = empty_now;
+
+        // 4. subscribers with no block left
+        for (ip, sub) in t.subscribers()? {
+            let owns = sub.blocks.iter().any(|&s| {
+                s != 0 && blocks.get((s - 1) as usize).is_some_and(|b| b.load(Ordering::Relaxed) as u32 == ip)
+            });
+            if !owns {
+                let _ = t.subs.delete(&ip.to_ne_bytes());
+                r.subscribers_removed += 1;
+            }
+        }
+
+        // 5. where the next subscriber goes
+        if bpa > 0 && cfg.n_addrs > 0 {
+            let best = (0..cfg.n_addrs as u32)
+                .max_by_key(|&a| {
+                    let free = blocks[(a * bpa) as usize..((a + 1) * bpa) as usize]
+                        .iter()
+                        .filter(|b| b.load(Ordering::Relaxed) == 0)
+                        .count();
+                    // prefer the current hint on ties: subscribers spread only when needed
+                    (free, a == cfg.addr_hint)
+                })
+                .unwrap_or(0);
+            if best != cfg.addr_hint {
+                let mut c = cfg;
+                c.addr_hint = best;
+                t.write_config(&c)?;
+            }
+        }
+        if r != SweepReport::default() {
+            debug!(?r, "sweep");
+        }
+        Ok(r)
+    }
+
+    fn run(&self, reaper: &dyn Reaper, a: &mut nx_reap_args) -> Result<(), TableError> {
+        reaper.reap(a).map_err(|source| TableError::Map { map: "nx_reap", source })
+    }
+}
+
+/// Free blocks per pool address, and ports in use, for `natrix stats`.
+pub fn usage(t: &Tables) -> Result<(u64, u64, u64), TableError> {
+    let blocks = MmapWords::new(&t.blocks, "nx_blocks")?;
+    let mut owned = 0u64;
+    let mut ports = 0u64;
+    for b in blocks.words() {
+        let v = b.load(Ordering::Relaxed);
+        if v as u32 != 0 {
+            owned += 1;
+            ports += v >> 32;
+        }
+    }
+    Ok((owned, blocks.words().len() as u64, ports))
+}
+

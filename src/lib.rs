@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! natrix: a carrier-grade NAT44 gateway whose data plane runs in XDP.
+
+pub mod skel {
+    #![allow(clippy::all, non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused)]
+    include!(concat!(env!("OUT_DIR"), "/natrix.skel.rs"));
+}
+
+pub mod daemon;
+pub mod dataplane;
+pub mod expiry;
+pub mod show;
+pub mod tables;

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! `natrix sessions` and `natrix stats`: the live state, for people and for programs.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::dataplane::ip_from_be;
+use crate::skel::types::nx_map_key;
+use crate::tables::{
+    is_drop, now_tick, proto_name, tcp_state_name, ticks_to_secs, TableError, Tables, STATS,
+};
+
+/// One row of `natrix sessions --json` (the JSON contract: these field names stay).
+#[derive(Debug, Serialize, Clone, PartialEq)]
+pub struct SessionRow {
+    pub proto: &'static str,
+    pub inside: String,
+    pub outside: String,
+    pub remote: String,
+    pub state: &'static str,
+    pub expires_in: i64,
+    pub direction: &'static str,
+}
+
+pub fn sessions(t: &Tables) -> Result<Vec<SessionRow>, TableError> {
+    let now = now_tick();
+    let maps: HashMap<[u8; 8], (u32, u16)> = t
+        .mappings()?
+        .into_iter()
+        .map(|(k, m)| (key8(&k), (m.out_ip, m.out_port)))
+        .collect();
+    let mut rows: Vec<SessionRow> = t
+        .sessions()?
+        .into_iter()
+        .map(|(k, s)| {
+            let mk = nx_map_key { in_ip: k.in_ip, in_port: k.in_port, proto: k.proto, pad: 0 };
+            let outside = maps
+                .get(&key8(&mk))
+                .map(|(ip, port)| format!("{}:{}", ip_from_be(*ip), u16::from_be(*port)))
+                .unwrap_or_else(|| "-".into());
+            SessionRow {
+                proto: proto_name(k.proto),
+                inside: format!("{}:{}", ip_from_be(k.in_ip), u16::from_be(k.in_port)),
+                outside,
+                remote: format!("{}:{}", ip_from_be(k.rem_ip), u16::from_be(k.rem_port)),
+                state: if k.proto == 6 { tcp_state_name(s.state) } else { "active" },
+                expires_in: ticks_to_secs(s.expire, now).max(0),
+                direction: if s.flags & 1 != 0 { "in" } else { "out" },
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| (a.proto, &a.inside, &a.remote).cmp(&(b.proto, &b.inside, &b.remote)));
+    Ok(rows)
+}
+
+fn key8(k: &nx_map_key) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&k.in_ip.to_ne_bytes());
+    b[4..6].copy_from_slice(&k.in_port.to_ne_bytes());
+    b[6] = k.proto;
+    b
+}
+
+pub fn sessions_table(rows: &[SessionRow]) -> String {
+    let mut out = format!(
+        "{:<5} {:<21} {:<21} {:<21} {:<12} {:>8}\n",
+        "PROTO", "INSIDE", "OUTSIDE", "REMOTE", "STATE", "EXPIRES"
+    );
+    for r in rows {
+        out += &format!(
+            "{:<5} {:<21} {:<21} {:<21} {:<12} {:>7}s\n",
+            r.proto, r.inside, r.outside, r.remote, r.state, r.expires_in
+        );
+    }
+    out += &format!("{} session(s)\n", rows.len());
+    out
+}
+
+/// `natrix stats --json`: counters by name, drops by reason, and table occupancy.
+#[derive(Debug, Serialize)]
+pub struct Stats {
+    pub counters: BTreeMap<&'static str, u64>,
+    pub drops: BTreeMap<&'static str, u64>,
+    pub drops_total: u64,
+    pub sessions: u64,
+    pub mappings: u64,
+    pub subscribers: u64,
+    pub blocks_in_use: u64,
+    pub blocks_total: u64,
+    pub ports_in_use: u64,
+}
+
+pub fn stats(t: &Tables) -> Result<Stats, TableError> {
+    let v = t.stats()?;
+    let mut counters = BTreeMap::new();
+    let mut drops = BTreeMap::new();
+    for (s, name) in STATS {
+        let n = v.get(s.0 as usize).copied().unwrap_or(0);
+        if is_drop(*s) {
+            drops.insert(*name, n);
+        } else {
+            counters.insert(*name, n);
+        }
+    }
+    let (blocks_in_use, blocks_total, ports_in_use) = crate::expiry::usage(t)?;
+    Ok(Stats {
+        drops_total: drops.values().sum(),
+        counters,
+        drops,
+        sessions: t.sessions()?.len() as u64,
+        mappings: t.mappings()?.len() as u64,
+        subscribers: t.subscribers()?.len() as u64,
+        blocks_in_use,
+        blocks_total,
+        ports_in_use,
+    })
+}
+
+pub fn stats_table(s: &Stats) -> String {
+    let mut out = String::new();
+    out += &format!(
+        "sessions {}  mappings {}  subscribers {}  blocks {}/{}  ports in use {}\n\ncounters:\n",
+        s.sessions, s.mappings, s.subscribers, s.blocks_in_use, s.blocks_total, s.ports_in_use
+    );
+    for (k, v) in &s.counters {
+        out += &format!("  {k:<22} {v}\n");
+    }
+    out += &format!("drops ({} total):\n", s.drops_total);
+    for (k, v) in &s.drops {
+        out += &format!("  {k:<22} {v}\n");
+    }
+    out
+}
