@@ -22,10 +22,15 @@ int nx_xdp_outside(struct xdp_md *ctx)
 	return nx_path_outside(ctx);
 }
 
-/* Run by the daemon (BPF_PROG_RUN) with a batch of expiry candidates. */
+/* Run by the daemon (BPF_PROG_RUN) after it put a batch of candidates in nx_reap_buf. */
 SEC("syscall")
-int nx_reap(struct nx_reap_args *args)
+int nx_reap(void *ctx)
 {
+	__u32 zero = 0;
+	struct nx_reap_args *args = bpf_map_lookup_elem(&nx_reap_buf, &zero);
+
+	if (!args)
+		return -1;
 	return nx_reap_batch(args);
 }
 

@@ -70,7 +70,7 @@ static long nx_pscan_cb(__u64 i, void *vctx)
 
 /* Claim a free port in block gid (already reserved by the caller). Returns the outside
  * port in host order, or -1 when the block has no free port. */
-static __always_inline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 pidx,
+static __noinline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 pidx,
 					     __u16 in_port_h, __u64 word)
 {
 	__u32 bpa = cfg->blocks_per_addr;
@@ -213,60 +213,90 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 /* Outcome of nx_alloc_port: a port (>= 0) or a drop reason (negative). */
 #define NX_ALLOC_ERR(reason) (-(int)(reason))
 
+/* Walking the subscriber's block slots; a bpf_loop callback so that the verifier checks
+ * the body once, not once per slot. */
+struct nx_slots {
+	struct nx_config *cfg;
+	struct nx_sub *sub;
+	__u64 word;
+	__u32 sip;
+	__u32 pidx;
+	__u16 in_port_h;
+	__s32 free_slot; /* first reusable slot, -1 if none */
+	__u32 free_val; /* what that slot held (0, or a block released meanwhile) */
+	int port; /* result, -1 until found */
+};
+
+static long nx_slots_cb(__u64 i, void *vctx)
+{
+	struct nx_slots *c = vctx;
+	__u32 slot = (__u32)i & (NX_MAX_BLOCKS_PER_SUB - 1);
+	__u32 v, gid;
+	int port;
+
+	v = *(volatile __u32 *)&c->sub->blocks[slot];
+	if (v == 0) {
+		if (c->free_slot < 0) {
+			c->free_slot = slot;
+			c->free_val = 0;
+		}
+		return 0;
+	}
+	gid = v - 1;
+	if (nx_block_reserve(gid, c->sip) < 0) {
+		/* released by the daemon (or never ours): the slot is reusable */
+		if (c->free_slot < 0) {
+			c->free_slot = slot;
+			c->free_val = v;
+		}
+		return 0;
+	}
+	port = nx_claim_in_block(c->cfg, gid, c->pidx, c->in_port_h, c->word);
+	if (port >= 0) {
+		c->port = port;
+		return 1;
+	}
+	nx_block_unreserve(gid);
+	return 0;
+}
+
 /* Allocate an outside port for (sip, in_port) in the subscriber's blocks, taking a new
  * block on the subscriber's address when its blocks are full and the quota allows. */
 static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *sub, __u32 sip,
 					 __u32 pidx, __u16 in_port_h)
 {
-	__u64 word = nx_port_word(sip, in_port_h);
+	struct nx_slots c = {};
 	__u32 max = cfg->max_blocks;
-	__s32 free_slot = -1;
-	__u32 free_val = 0;
+	__s64 gid;
 	int port;
 
 	if (max > NX_MAX_BLOCKS_PER_SUB)
 		max = NX_MAX_BLOCKS_PER_SUB;
-	for (__u32 i = 0; i < NX_MAX_BLOCKS_PER_SUB; i++) {
-		__u32 v, gid;
-
-		if (i >= max)
-			break;
-		v = *(volatile __u32 *)&sub->blocks[i];
-		if (v == 0) {
-			if (free_slot < 0) {
-				free_slot = i;
-				free_val = 0;
-			}
-			continue;
-		}
-		gid = v - 1;
-		if (nx_block_reserve(gid, sip) < 0) {
-			/* released by the daemon (or never ours): the slot is reusable */
-			if (free_slot < 0) {
-				free_slot = i;
-				free_val = v;
-			}
-			continue;
-		}
-		port = nx_claim_in_block(cfg, gid, pidx, in_port_h, word);
-		if (port >= 0)
-			return port;
-		nx_block_unreserve(gid);
-	}
-	if (free_slot < 0 || free_slot >= NX_MAX_BLOCKS_PER_SUB)
+	c.cfg = cfg;
+	c.sub = sub;
+	c.sip = sip;
+	c.pidx = pidx;
+	c.in_port_h = in_port_h;
+	c.word = nx_port_word(sip, in_port_h);
+	c.free_slot = -1;
+	c.port = -1;
+	bpf_loop(max, nx_slots_cb, &c, 0);
+	if (c.port >= 0)
+		return c.port;
+	if (c.free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 
-	__s64 gid = nx_block_claim(cfg, sub->addr_idx, sip);
+	gid = nx_block_claim(cfg, sub->addr_idx, sip);
 	if (gid < 0)
 		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
-	if (__sync_val_compare_and_swap(&sub->blocks[free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
-					free_val, (__u32)gid + 1) != free_val) {
+	if (__sync_val_compare_and_swap(&sub->blocks[c.free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
+					c.free_val, (__u32)gid + 1) != c.free_val) {
 		/* another CPU filled that slot first; the packet's next copy will see it */
 		nx_block_unclaim(gid, sip);
 		nx_count(NX_STAT_ALLOC_RETRY);
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 	}
-	port = nx_claim_in_block(cfg, gid, pidx, in_port_h, word);
+	port = nx_claim_in_block(cfg, gid, pidx, in_port_h, c.word);
 	if (port < 0) {
 		nx_block_unreserve(gid);
 		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
@@ -332,6 +362,27 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 	}
 	nx_count(NX_STAT_SUB_CREATED);
 	return bpf_map_lookup_elem(&nx_subs, &sip);
+}
+
+/* The allocator's entry point. A global function: the verifier checks it once, on its own,
+ * instead of once per path through the caller, and its scalar-only interface keeps it
+ * honest. Returns (pool index << 16) | outside port, or minus a drop reason. */
+__noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
+{
+	struct nx_config *cfg = nx_config();
+	int reason = NX_DROP_INTERNAL;
+	struct nx_sub *sub;
+	int port;
+
+	if (!cfg)
+		return -NX_DROP_INTERNAL;
+	sub = nx_subscriber(cfg, sip, &reason);
+	if (!sub)
+		return -reason;
+	port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+	if (port < 0)
+		return port;
+	return ((long)sub->addr_idx << 16) | (__u16)port;
 }
 
 #endif /* NX_ALLOC_H */

@@ -47,14 +47,13 @@ static __always_inline int nx_redirect(struct nx_pkt *p, struct bpf_fib_lookup *
 
 /* Finish a packet already translated: forward it ourselves when the FIB can, otherwise let
  * the kernel forward the translated packet (it resolves the neighbour or fragments). */
-static __always_inline int nx_finish(struct xdp_md *ctx, struct nx_pkt *p)
+static __always_inline int nx_finish(struct xdp_md *ctx, struct nx_pkt *p, struct bpf_fib_lookup *fib)
 {
-	struct bpf_fib_lookup fib;
-	int rc = nx_fib(ctx, p->ip, &fib);
+	int rc = nx_fib(ctx, p->ip, fib);
 
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
-		return nx_redirect(p, &fib);
+		return nx_redirect(p, fib);
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		return nx_pass(NX_STAT_PASS_NO_NEIGH);
 	default:

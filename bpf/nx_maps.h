@@ -99,9 +99,19 @@ struct {
 	__type(value, __u64);
 } nx_stats SEC(".maps");
 
+/* The reaper's batch: written by the daemon, processed by nx_reap, results read back.
+ * (A syscall program's context cannot be indexed with a variable offset.) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_reap_args);
+} nx_reap_buf SEC(".maps");
+
 /* Per-CPU scratch space for structures too large for the 512-byte BPF stack. */
 struct nx_scratch {
 	struct nx_sub sub;
+	struct bpf_fib_lookup fib;
 };
 
 struct {
@@ -110,5 +120,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nx_scratch);
 } nx_scratch SEC(".maps");
+
+static __always_inline struct nx_config *nx_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&nx_cfg, &zero);
+}
+
+static __always_inline struct nx_scratch *nx_scratch_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&nx_scratch, &zero);
+}
 
 #endif /* NX_MAPS_H */

@@ -61,34 +61,32 @@ static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struc
 						    __u32 now, int *reason)
 {
 	__u32 pidx = nx_proto_idx(mk->proto);
+	__u16 in_port_h = bpf_ntohs(mk->in_port);
 	struct nx_map fresh = {};
-	struct nx_sub *sub;
 	struct nx_map *m;
 	__u32 *out_ip;
 	__u32 addr_idx;
-	int port;
+	__u16 port;
+	long r;
 
-	sub = nx_subscriber(cfg, mk->in_ip, reason);
-	if (!sub)
+	r = nx_alloc(mk->in_ip, pidx, in_port_h);
+	if (r < 0) {
+		*reason = (int)-r;
 		return 0;
-	addr_idx = sub->addr_idx;
+	}
+	addr_idx = (__u32)(r >> 16);
+	port = (__u16)r;
 	out_ip = bpf_map_lookup_elem(&nx_pool, &addr_idx);
 	if (!out_ip) {
 		*reason = NX_DROP_INTERNAL;
 		return 0;
 	}
-	port = nx_alloc_port(cfg, sub, mk->in_ip, pidx, bpf_ntohs(mk->in_port));
-	if (port < 0) {
-		*reason = -port;
-		return 0;
-	}
 	fresh.out_ip = *out_ip;
-	fresh.out_port = bpf_htons((__u16)port);
+	fresh.out_port = bpf_htons(port);
 	/* until a session exists, the mapping's own timer runs (transitory for TCP) */
 	fresh.expire = now + nx_timeout(cfg, mk->proto, NX_TCP_SYN_OUT);
 	if (bpf_map_update_elem(&nx_maps, mk, &fresh, BPF_NOEXIST) != 0) {
-		nx_port_unclaim(cfg, addr_idx, pidx, (__u16)port,
-				nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)));
+		nx_port_unclaim(cfg, addr_idx, pidx, port, nx_port_word(mk->in_ip, in_port_h));
 		m = bpf_map_lookup_elem(&nx_maps, mk);
 		if (!m)
 			*reason = NX_DROP_TABLE_FULL;
@@ -226,12 +224,13 @@ static __always_inline int nx_parse_verdict(int rc)
 /* Ingress on an inside interface. */
 static __always_inline int nx_path_inside(struct xdp_md *ctx)
 {
-	struct bpf_fib_lookup fib;
+	struct nx_scratch *scr = nx_scratch_get();
+	struct bpf_fib_lookup *fib;
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
 	__u32 *pool_idx = 0;
-	int rc, frag, fib_rc;
-	__u32 now;
+	int rc, frag, fib_rc = 0;
+	__u32 now, dst;
 
 	nx_count(NX_STAT_RX_INSIDE);
 	rc = nx_parse_eth(ctx, &p);
@@ -242,13 +241,16 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		return nx_parse_verdict(rc);
 	frag = rc == NX_PARSE_FRAGMENT;
 	cfg = nx_config();
-	if (!cfg)
+	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
+	fib = &scr->fib;
 
-	/* To a pool address: hairpinning, translated both ways without leaving the box. */
-	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &p.ip->daddr);
+	/* To a pool address: hairpinning, translated both ways without leaving the box. The
+	 * key is copied to the stack: clang 14 mis-spills a packet pointer used as a map key. */
+	dst = p.ip->daddr;
+	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
 	if (!pool_idx) {
-		fib_rc = nx_fib(ctx, p.ip, &fib);
+		fib_rc = nx_fib(ctx, p.ip, fib);
 		if (fib_rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 			/* Too big for the next hop. With DF the kernel must answer "fragmentation
 			 * needed" to the subscriber: give it the untranslated packet. Without DF we
@@ -256,9 +258,9 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 			 * check to learn the egress interface. */
 			if (p.ip->frag_off & NX_IP_DF)
 				return nx_pass(NX_STAT_PASS_FIB_OTHER);
-			fib.tot_len = 0;
-			fib.ifindex = ctx->ingress_ifindex;
-			if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) == BPF_FIB_LKUP_RET_SUCCESS)
+			fib->tot_len = 0;
+			fib->ifindex = ctx->ingress_ifindex;
+			if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) == BPF_FIB_LKUP_RET_SUCCESS)
 				fib_rc = BPF_FIB_LKUP_RET_NO_NEIGH; /* i.e. "kernel, finish this" */
 			else
 				return nx_pass(NX_STAT_PASS_FIB_OTHER);
@@ -267,7 +269,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 			return nx_pass(fib_rc == BPF_FIB_LKUP_RET_NOT_FWDED ? NX_STAT_PASS_LOCAL :
 									  NX_STAT_PASS_FIB_OTHER);
 		/* Only traffic leaving through an outside interface is translated. */
-		if (nx_iface_role(fib.ifindex) != NX_ROLE_OUTSIDE)
+		if (nx_iface_role(fib->ifindex) != NX_ROLE_OUTSIDE)
 			return nx_pass(NX_STAT_PASS_LOCAL);
 	} else if (!(cfg->flags & NX_CF_HAIRPIN)) {
 		return nx_drop(NX_DROP_HAIRPIN_DISABLED);
@@ -290,20 +292,20 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		rc = nx_xlate_in(cfg, &p, *pool_idx, now);
 		if (rc >= 0)
 			return nx_drop(rc);
-		return nx_finish(ctx, &p);
+		return nx_finish(ctx, &p, fib);
 	}
 	if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
-		return nx_redirect(&p, &fib);
+		return nx_redirect(&p, fib);
 	return nx_pass(NX_STAT_PASS_NO_NEIGH);
 }
 
 /* Ingress on an outside interface. */
 static __always_inline int nx_path_outside(struct xdp_md *ctx)
 {
-	struct bpf_fib_lookup fib;
+	struct nx_scratch *scr = nx_scratch_get();
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
-	__u32 *pool_idx;
+	__u32 *pool_idx, dst;
 	int rc;
 
 	nx_count(NX_STAT_RX_OUTSIDE);
@@ -314,13 +316,14 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_parse_verdict(rc);
 	/* Not for the pool: the gateway's own traffic, or routing that is not NAT. */
-	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &p.ip->daddr);
+	dst = p.ip->daddr;
+	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
 	if (!pool_idx)
 		return nx_pass(NX_STAT_PASS_LOCAL);
 	if (rc == NX_PARSE_FRAGMENT)
 		return nx_drop(NX_DROP_FRAGMENT);
 	cfg = nx_config();
-	if (!cfg)
+	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
@@ -333,10 +336,10 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	rc = nx_xlate_in(cfg, &p, *pool_idx, nx_now_tick());
 	if (rc >= 0)
 		return nx_drop(rc);
-	rc = nx_fib(ctx, p.ip, &fib);
+	rc = nx_fib(ctx, p.ip, &scr->fib);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
-		return nx_redirect(&p, &fib);
+		return nx_redirect(&p, &scr->fib);
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		return nx_pass(NX_STAT_PASS_NO_NEIGH);
 	default:

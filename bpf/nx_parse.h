@@ -57,11 +57,16 @@ static __always_inline int nx_ip_hdr_csum_ok(struct iphdr *ip, void *data_end)
 	for (int i = 0; i < 10; i++)
 		sum += w[i];
 	for (__u32 i = 10; i < 30; i++) {
+		__u16 *q = w + i;
+
 		if (i >= words)
 			break;
-		if ((void *)(w + i + 1) > data_end)
+		/* keep clang from folding this check into one before the loop: the verifier
+		 * needs it next to the access */
+		asm volatile("" : "+r"(q));
+		if ((void *)(q + 1) > data_end)
 			return 0;
-		sum += w[i];
+		sum += *q;
 	}
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);

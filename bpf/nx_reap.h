@@ -57,7 +57,8 @@ static __always_inline int nx_map_unref(struct nx_map_key *mk, __u32 now_s)
 
 static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 {
-	__u32 now = nx_now_tick();
+	/* syscall programs have no coarse clock; the same CLOCK_MONOTONIC, finer */
+	__u32 now = (__u32)(bpf_ktime_get_ns() >> NX_TICK_SHIFT);
 	__u32 n = a->n;
 
 	if (n > NX_REAP_BATCH)

@@ -29,13 +29,6 @@ static __always_inline __u32 nx_now_tick(void)
 	return (__u32)(bpf_ktime_get_coarse_ns() >> NX_TICK_SHIFT);
 }
 
-static __always_inline struct nx_config *nx_config(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&nx_cfg, &zero);
-}
-
 /* TCP state machine (RFC 6146 3.5.2, RFC 7857 2.1): SYNs from both sides establish,
  * whatever their order (simultaneous open included); FINs from both sides close; RST
  * moves to the transitory timeout instead of deleting. */

@@ -29,7 +29,7 @@ say "natrix run --config examples/demo.toml"
 nsenter --net=/run/netns/$GW "$NATRIX" run --config "$CONF" 2>"$LOG" &
 daemon=$!
 for _ in $(seq 50); do grep -q ready "$LOG" && break; sleep 0.1; done
-grep -q ready "$LOG" || { cat "$LOG"; echo "natrix did not become ready" >&2; exit 1; }
+grep -q ready "$LOG" || { cat "$LOG" >&2; echo "natrix did not become ready" >&2; exit 1; }
 sed 's/^/  /' "$LOG"
 
 say "server: HTTP on :8080, UDP echo on :5353"

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::dataplane::{self, Dataplane, Persistence};
-use crate::expiry::Sweeper;
+use crate::expiry::{Reaper, Sweeper};
 
 pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     for w in &cfg.warnings {
@@ -45,6 +45,8 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
 
     let mut sweeper = Sweeper::new(&dp.tables)?;
+    let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
+    let reaper = Reaper { prog: &dp.skel.progs.nx_reap, buf: &reap_buf };
     info!(
         config = %config_path.display(),
         pin = %pin.display(),
@@ -57,7 +59,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next {
-            match sweeper.sweep(&dp.tables, &dp.skel.progs.nx_reap) {
+            match sweeper.sweep(&dp.tables, &reaper) {
                 Ok(r) if r.sessions_expired + r.mappings_released + r.blocks_released > 0 => info!(
                     sessions = r.sessions_expired,
                     mappings = r.mappings_released,

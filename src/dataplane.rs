@@ -20,7 +20,7 @@ use tracing::{info, warn};
 use crate::config::{Config, Filtering, XdpMode};
 use crate::skel::types::nx_config;
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
-use crate::tables::{bytes_of, Tables, MAP_NAMES, NPROTO, TICK_SHIFT};
+use crate::tables::{Tables, MAP_NAMES, NPROTO, TICK_SHIFT};
 
 /// Values of `enum nx_iface_role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,7 +247,7 @@ impl Dataplane {
         }
         if let Some(dir) = &pin_dir {
             if took_over {
-                for map in open.open_object_mut().maps_mut() {
+                for mut map in open.open_object_mut().maps_mut() {
                     let name = map.name().to_string_lossy().into_owned();
                     if !MAP_NAMES.contains(&name.as_str()) {
                         continue;
@@ -281,7 +281,7 @@ impl Dataplane {
         std::fs::create_dir_all(dir)
             .map_err(|source| DataplaneError::Io { what: format!("creating {}", dir.display()), source })?;
         use libbpf_rs::skel::Skel;
-        for map in self.skel.object_mut().maps_mut() {
+        for mut map in self.skel.object_mut().maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
             if MAP_NAMES.contains(&name.as_str()) {
                 map.pin(dir.join(&name)).map_err(bpf(format!("pinning map {name}")))?;
@@ -313,7 +313,9 @@ impl Dataplane {
         } else {
             for (i, a) in cfg.pool.addresses.iter().enumerate() {
                 let (i, a) = (i as u32, u32::from_ne_bytes(a.octets()));
-                t.pool.update(&i.to_ne_bytes(), &a.to_ne_bytes(), MapFlags::ANY).map_err(bpf("filling nx_pool"))?;
+                t.pool
+                    .update(&i.to_ne_bytes(), &a.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(bpf("filling nx_pool"))?;
                 t.pool_idx
                     .update(&a.to_ne_bytes(), &i.to_ne_bytes(), MapFlags::ANY)
                     .map_err(bpf("filling nx_pool_idx"))?;
@@ -334,8 +336,11 @@ impl Dataplane {
         }
         for i in ifaces {
             let k = i.ifindex.to_ne_bytes();
-            t.ifaces.update(&k, &(i.role as u32).to_ne_bytes(), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
-            t.tx.update(&k, &k, MapFlags::ANY).map_err(bpf(format!("adding {} to the redirect map", i.name)))?;
+            t.ifaces
+                .update(&k, &(i.role as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(bpf("filling nx_ifaces"))?;
+            t.tx.update(&k, &k, MapFlags::ANY)
+                .map_err(bpf(format!("adding {} to the redirect map", i.name)))?;
         }
         Ok(())
     }
@@ -366,7 +371,8 @@ impl Dataplane {
                 };
                 let path = link_path(dir, &i.name);
                 if path.exists() {
-                    let mut link = Link::open(&path).map_err(bpf(format!("opening pinned link of {}", i.name)))?;
+                    let mut link =
+                        Link::open(&path).map_err(bpf(format!("opening pinned link of {}", i.name)))?;
                     link.update_prog(prog).map_err(bpf(format!("replacing the program on {}", i.name)))?;
                     info!(iface = %i.name, "program replaced on the running link");
                 } else {
@@ -407,7 +413,12 @@ fn create_xdp_link(prog_fd: i32, i: &Iface, mode: XdpMode, path: &Path) -> Resul
     };
     // SAFETY: valid program fd and options struct.
     let fd = unsafe {
-        libbpf_rs::libbpf_sys::bpf_link_create(prog_fd, i.ifindex as i32, libbpf_rs::libbpf_sys::BPF_XDP, &opts)
+        libbpf_rs::libbpf_sys::bpf_link_create(
+            prog_fd,
+            i.ifindex as i32,
+            libbpf_rs::libbpf_sys::BPF_XDP,
+            &opts,
+        )
     };
     if fd < 0 {
         let err = std::io::Error::from_raw_os_error(-fd);
@@ -460,7 +471,8 @@ pub fn down(pin: &Path) -> Result<usize> {
             .map_err(|source| DataplaneError::Io { what: format!("removing {}", p.display()), source })?;
         n += 1;
     }
-    std::fs::remove_dir(pin).map_err(|source| DataplaneError::Io { what: format!("removing {}", pin.display()), source })?;
+    std::fs::remove_dir(pin)
+        .map_err(|source| DataplaneError::Io { what: format!("removing {}", pin.display()), source })?;
     Ok(n)
 }
 
@@ -480,7 +492,8 @@ pub fn prepare_sysctls(ifaces: &[Iface]) -> Result<()> {
     let write = |path: String, val: &str| -> Result<()> {
         let cur = std::fs::read_to_string(&path).unwrap_or_default();
         if cur.trim() != val {
-            std::fs::write(&path, val).map_err(|source| DataplaneError::Io { what: format!("writing {path}"), source })?;
+            std::fs::write(&path, val)
+                .map_err(|source| DataplaneError::Io { what: format!("writing {path}"), source })?;
             info!("set {path} = {val}");
         }
         Ok(())

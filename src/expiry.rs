@@ -19,7 +19,7 @@ use tracing::debug;
 
 use crate::skel::types::{nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    now_ns, now_tick, MmapWords, Tables, TableError, PORT_HELD, PORT_STATE_SHIFT,
+    bytes_of, now_ns, now_tick, read_pod, MmapWords, TableError, Tables, PORT_HELD, PORT_STATE_SHIFT,
 };
 
 const NX_REAP_SESSIONS: u32 = 1;
@@ -36,20 +36,25 @@ pub struct SweepReport {
     pub subscribers_removed: u32,
 }
 
-/// The reaper program, run with BPF_PROG_RUN.
-pub trait Reaper {
-    fn reap(&self, args: &mut nx_reap_args) -> Result<(), libbpf_rs::Error>;
+/// The reaper: the `nx_reap` program and its batch buffer.
+pub struct Reaper<'a> {
+    pub prog: &'a libbpf_rs::ProgramMut<'a>,
+    pub buf: &'a libbpf_rs::MapHandle,
 }
 
-impl Reaper for libbpf_rs::ProgramMut<'_> {
-    fn reap(&self, args: &mut nx_reap_args) -> Result<(), libbpf_rs::Error> {
-        // SAFETY: nx_reap_args is plain old data; the kernel reads and writes it as ctx.
-        let ctx = unsafe {
-            std::slice::from_raw_parts_mut((args as *mut nx_reap_args).cast::<u8>(), std::mem::size_of::<nx_reap_args>())
-        };
+impl Reaper<'_> {
+    /// Runs one batch: writes it to nx_reap_buf, runs nx_reap (BPF_PROG_RUN), reads the
+    /// counts back into `args`.
+    pub fn reap(&self, args: &mut nx_reap_args) -> Result<(), libbpf_rs::Error> {
+        let zero = 0u32.to_ne_bytes();
+        self.buf.update(&zero, bytes_of(args), libbpf_rs::MapFlags::ANY)?;
+        let mut ctx = [0u8; 8];
         let mut input = ProgramInput::default();
-        input.context_in = Some(ctx);
-        self.test_run(input)?;
+        input.context_in = Some(&mut ctx);
+        self.prog.test_run(input)?;
+        if let Some(v) = self.buf.lookup(&zero, libbpf_rs::MapFlags::ANY)? {
+            *args = read_pod(&v);
+        }
         Ok(())
     }
 }
@@ -73,7 +78,7 @@ impl Sweeper {
         })
     }
 
-    pub fn sweep(&mut self, t: &Tables, reaper: &dyn Reaper) -> Result<SweepReport, TableError> {
+    pub fn sweep(&mut self, t: &Tables, reaper: &Reaper<'_>) -> Result<SweepReport, TableError> {
         let mut r = SweepReport::default();
         let now = now_tick();
         let now_s = mono_secs();
@@ -83,7 +88,8 @@ impl Sweeper {
         let cands: Vec<nx_sess_key> =
             t.sessions()?.into_iter().filter(|(_, s)| expired(s.expire)).map(|(k, _)| k).collect();
         for chunk in cands.chunks(BATCH) {
-            let mut a = nx_reap_args { op: NX_REAP_SESSIONS, n: chunk.len() as u32, now_s, ..Default::default() };
+            let mut a =
+                nx_reap_args { op: NX_REAP_SESSIONS, n: chunk.len() as u32, now_s, ..Default::default() };
             // SAFETY: writing the union's session view; the op field says which view.
             unsafe { a.__anon_nx_reap_args_1.sess[..chunk.len()].copy_from_slice(chunk) };
             self.run(reaper, &mut a)?;
@@ -99,7 +105,8 @@ impl Sweeper {
             .map(|(k, _)| k)
             .collect();
         for chunk in cands.chunks(BATCH) {
-            let mut a = nx_reap_args { op: NX_REAP_MAPPINGS, n: chunk.len() as u32, now_s, ..Default::default() };
+            let mut a =
+                nx_reap_args { op: NX_REAP_MAPPINGS, n: chunk.len() as u32, now_s, ..Default::default() };
             // SAFETY: as above, the mapping view.
             unsafe { a.__anon_nx_reap_args_1.maps[..chunk.len()].copy_from_slice(chunk) };
             self.run(reaper, &mut a)?;
@@ -177,8 +184,9 @@ impl Sweeper {
                         .iter()
                         .filter(|b| b.load(Ordering::Relaxed) == 0)
                         .count();
-                    // prefer the current hint on ties: subscribers spread only when needed
-                    (free, a == cfg.addr_hint)
+                    // most free blocks first, lowest index on ties: new subscribers spread
+                    // over the pool (one blocklisted address hurts fewer of them)
+                    (free, std::cmp::Reverse(a))
                 })
                 .unwrap_or(0);
             if best != cfg.addr_hint {
@@ -193,7 +201,7 @@ impl Sweeper {
         Ok(r)
     }
 
-    fn run(&self, reaper: &dyn Reaper, a: &mut nx_reap_args) -> Result<(), TableError> {
+    fn run(&self, reaper: &Reaper<'_>, a: &mut nx_reap_args) -> Result<(), TableError> {
         reaper.reap(a).map_err(|source| TableError::Map { map: "nx_reap", source })
     }
 }
@@ -212,4 +220,3 @@ pub fn usage(t: &Tables) -> Result<(u64, u64, u64), TableError> {
     }
     Ok((owned, blocks.words().len() as u64, ports))
 }
-

@@ -6,6 +6,7 @@ pub mod skel {
     include!(concat!(env!("OUT_DIR"), "/natrix.skel.rs"));
 }
 
+pub mod config;
 pub mod daemon;
 pub mod dataplane;
 pub mod expiry;

@@ -87,7 +87,9 @@ fn main() -> ExitCode {
             }
             Err(code) => return code,
         },
-        Cmd::Down { pin } => dataplane::down(&pin).map(|n| println!("natrix down: removed {n} pinned object(s)")).map_err(Into::into),
+        Cmd::Down { pin } => dataplane::down(&pin)
+            .map(|n| println!("natrix down: removed {n} pinned object(s)"))
+            .map_err(Into::into),
         Cmd::Sessions { json, pin } => (|| {
             let rows = show::sessions(&Tables::open_pinned(&pin)?)?;
             if json {

@@ -25,11 +25,8 @@ pub struct SessionRow {
 
 pub fn sessions(t: &Tables) -> Result<Vec<SessionRow>, TableError> {
     let now = now_tick();
-    let maps: HashMap<[u8; 8], (u32, u16)> = t
-        .mappings()?
-        .into_iter()
-        .map(|(k, m)| (key8(&k), (m.out_ip, m.out_port)))
-        .collect();
+    let maps: HashMap<[u8; 8], (u32, u16)> =
+        t.mappings()?.into_iter().map(|(k, m)| (key8(&k), (m.out_ip, m.out_port))).collect();
     let mut rows: Vec<SessionRow> = t
         .sessions()?
         .into_iter()

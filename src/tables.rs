@@ -183,10 +183,8 @@ impl Tables {
     pub fn open_pinned(dir: &Path) -> Result<Self> {
         let open = |name: &str| {
             let path = dir.join(name);
-            MapHandle::from_pinned_path(&path).map_err(|source| TableError::OpenPinned {
-                path: path.display().to_string(),
-                source,
-            })
+            MapHandle::from_pinned_path(&path)
+                .map_err(|source| TableError::OpenPinned { path: path.display().to_string(), source })
         };
         Ok(Tables {
             cfg: open("nx_cfg")?,
@@ -206,9 +204,8 @@ impl Tables {
     /// Handles on the maps of a loaded skeleton (duplicated file descriptors).
     pub fn from_skel(s: &crate::skel::NatrixSkel<'_>) -> Result<Self> {
         let m = &s.maps;
-        let h = |map: &libbpf_rs::MapMut<'_>, name: &'static str| {
-            MapHandle::try_from(map).map_err(map_err(name))
-        };
+        let h =
+            |map: &libbpf_rs::MapMut<'_>, name: &'static str| MapHandle::try_from(map).map_err(map_err(name));
         Ok(Tables {
             cfg: h(&m.nx_cfg, "nx_cfg")?,
             pool: h(&m.nx_pool, "nx_pool")?,
@@ -234,9 +231,7 @@ impl Tables {
     }
 
     pub fn write_config(&self, c: &nx_config) -> Result<()> {
-        self.cfg
-            .update(&0u32.to_ne_bytes(), bytes_of(c), MapFlags::ANY)
-            .map_err(map_err("nx_cfg"))
+        self.cfg.update(&0u32.to_ne_bytes(), bytes_of(c), MapFlags::ANY).map_err(map_err("nx_cfg"))
     }
 
     /// The pool, in pool-index order.
@@ -284,19 +279,11 @@ impl Tables {
     }
 
     pub fn mapping(&self, k: &nx_map_key) -> Result<Option<nx_map>> {
-        Ok(self
-            .maps
-            .lookup(bytes_of(k), MapFlags::ANY)
-            .map_err(map_err("nx_maps"))?
-            .map(|v| read_pod(&v)))
+        Ok(self.maps.lookup(bytes_of(k), MapFlags::ANY).map_err(map_err("nx_maps"))?.map(|v| read_pod(&v)))
     }
 
     pub fn session(&self, k: &nx_sess_key) -> Result<Option<nx_sess>> {
-        Ok(self
-            .sess
-            .lookup(bytes_of(k), MapFlags::ANY)
-            .map_err(map_err("nx_sess"))?
-            .map(|v| read_pod(&v)))
+        Ok(self.sess.lookup(bytes_of(k), MapFlags::ANY).map_err(map_err("nx_sess"))?.map(|v| read_pod(&v)))
     }
 
     /// Counters summed over CPUs, indexed by `enum nx_stat`.

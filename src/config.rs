@@ -1,0 +1,1589 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! Configuration file parsing and validation.
+//!
+//! The TOML document is walked by hand instead of being deserialized with
+//! serde derive: that way every error names the exact dotted key the operator
+//! wrote (`interfaces.inside[1]`, `timeouts.udp`) together with a reason in
+//! their terms, rather than a serde type path.
+//!
+//! Parsing is a pure function from text to [`Config`]. The daemon either gets
+//! a fully validated configuration or an error, never a half-applied one.
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::{Table, Value};
+
+/// Linux IFNAMSIZ is 16 including the terminating NUL.
+const MAX_IFNAME_LEN: usize = 15;
+/// Two full lists exactly fill the data plane's interface table
+/// (NX_MAX_IFACES = 64 in bpf/nx_types.h).
+const MAX_INTERFACES: usize = 32;
+/// NX_MAX_POOL_ADDRS in bpf/nx_types.h: the pool index must fit 16 bits.
+/// Prefixes shorter than /16 could never fit, so they are rejected by length
+/// before any counting.
+const MAX_POOL_ADDRESSES: u64 = 1 << 16;
+const MIN_POOL_PREFIX_LEN: u8 = 16;
+/// A longer idle timeout is almost certainly a unit mistake, and would keep
+/// mappings, and the ports they hold, allocated effectively forever.
+const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 86_400);
+/// Upper bound for the `limits.*` keys; each sizes a BPF map, and beyond this
+/// the kernel memory cost stops being plausible for a single gateway.
+const MAX_LIMIT: i64 = 100_000_000;
+/// Sweeping more often than this burns CPU walking the maps for nothing;
+/// less often than this makes expiry visibly late relative to the timeouts.
+const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Top-level tables, in the order they are validated.
+const SECTIONS: &[&str] = &["interfaces", "pool", "nat", "timeouts", "limits", "daemon"];
+
+/// A fully validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub interfaces: Interfaces,
+    pub pool: Pool,
+    pub nat: Nat,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+    pub daemon: Daemon,
+    /// Accepted but questionable settings (e.g. timeouts below an RFC
+    /// minimum). Returned rather than logged so that parsing stays pure.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interfaces {
+    pub inside: Vec<String>,
+    pub outside: Vec<String>,
+    pub xdp_mode: XdpMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XdpMode {
+    #[default]
+    Native,
+    Generic,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// Every usable public address, in configured order, prefixes expanded in
+    /// ascending order. Network and broadcast addresses of a prefix are
+    /// included because the pool is routed to the gateway, not on-link.
+    pub addresses: Vec<Ipv4Addr>,
+    pub port_lo: u16,
+    pub port_hi: u16,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nat {
+    pub block_size: u16,
+    pub max_blocks_per_subscriber: u16,
+    pub port_parity: bool,
+    pub hairpinning: bool,
+    pub filtering: Filtering,
+    /// 0 means unlimited.
+    pub max_new_mappings_per_sec: u32,
+}
+
+impl Default for Nat {
+    fn default() -> Self {
+        Nat {
+            block_size: 256,
+            max_blocks_per_subscriber: 4,
+            port_parity: true,
+            hairpinning: true,
+            filtering: Filtering::EndpointIndependent,
+            max_new_mappings_per_sec: 0,
+        }
+    }
+}
+
+/// RFC 4787 section 5 filtering behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Filtering {
+    /// RFC 4787 REQ-8 recommends this when application transparency matters.
+    #[default]
+    EndpointIndependent,
+    AddressDependent,
+    AddressAndPortDependent,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeouts {
+    pub udp: Duration,
+    pub tcp_established: Duration,
+    pub tcp_transitory: Duration,
+    pub icmp: Duration,
+    pub port_hold_down: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            udp: Duration::from_secs(5 * 60),
+            tcp_established: Duration::from_secs(2 * 3600 + 4 * 60),
+            tcp_transitory: Duration::from_secs(4 * 60),
+            icmp: Duration::from_secs(60),
+            port_hold_down: Duration::from_secs(120),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub max_subscribers: u32,
+    pub max_mappings: u32,
+    pub max_sessions: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_subscribers: 65_536, max_mappings: 1_048_576, max_sessions: 1_048_576 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Daemon {
+    pub pin_path: PathBuf,
+    pub sweep_interval: Duration,
+}
+
+impl Default for Daemon {
+    fn default() -> Self {
+        Daemon { pin_path: PathBuf::from("/sys/fs/bpf/natrix"), sweep_interval: Duration::from_secs(1) }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// `message` is toml's own rendering, which carries line and column.
+    #[error("config syntax error: {message}")]
+    Syntax { message: String },
+    #[error("config key `{key}`: {message}")]
+    Key { key: String, message: String },
+}
+
+impl Config {
+    /// Parses and validates a complete configuration document.
+    pub fn from_toml_str(s: &str) -> Result<Config, ConfigError> {
+        let root: Table = toml::from_str(s)
+            .map_err(|e| ConfigError::Syntax { message: e.to_string().trim_end().to_owned() })?;
+
+        // Reject unknown sections before looking inside known ones, so that a
+        // misspelt `[timeout]` is reported as such rather than as whatever
+        // default-dependent error it would otherwise cause further down.
+        for (name, value) in &root {
+            if !SECTIONS.contains(&name.as_str()) {
+                let what = if value.is_table() { "table" } else { "key" };
+                return Err(unknown_key(name.clone(), name, SECTIONS, what));
+            }
+        }
+
+        let empty = Table::new();
+        let mut warnings = Vec::new();
+        let interfaces = parse_interfaces(&Section::open(&root, "interfaces", &empty)?)?;
+        let pool = parse_pool(&Section::open(&root, "pool", &empty)?)?;
+        let nat = parse_nat(&Section::open(&root, "nat", &empty)?, &pool)?;
+        let timeouts = parse_timeouts(&Section::open(&root, "timeouts", &empty)?, &mut warnings)?;
+        let limits = parse_limits(&Section::open(&root, "limits", &empty)?)?;
+        let daemon = parse_daemon(&Section::open(&root, "daemon", &empty)?)?;
+
+        Ok(Config { interfaces, pool, nat, timeouts, limits, daemon, warnings })
+    }
+
+    /// Reads and parses the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        Self::from_toml_str(&text)
+    }
+
+    /// Port blocks available on each pool address. Ports left over when the
+    /// range is not a multiple of the block size are never handed out.
+    pub fn block_count_per_addr(&self) -> u32 {
+        let ports = u32::from(self.pool.port_hi) - u32::from(self.pool.port_lo) + 1;
+        ports / u32::from(self.nat.block_size)
+    }
+}
+
+/// Units accepted by [`parse_duration`], largest first, in milliseconds.
+const DURATION_UNITS: [(&str, u64); 5] =
+    [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
+
+/// Parses a duration such as `"5m"`, `"2h4m"`, `"1h30m15s"`, `"500ms"` or
+/// `"1d"`; a bare integer means seconds.
+///
+/// Each unit may appear at most once and units must be in descending order:
+/// `"5m5m"` or `"30s1m"` are far more likely typos than intent. Zero is
+/// accepted here because whether it makes sense depends on the key.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let too_large = || format!("duration {s:?} is too large");
+    if s.is_empty() {
+        return Err("duration must not be empty".to_owned());
+    }
+    if s.starts_with('-') {
+        return Err(format!("duration {s:?} must not be negative"));
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        let secs: u64 = s.parse().map_err(|_| too_large())?;
+        let ms = secs.checked_mul(1_000).ok_or_else(too_large)?;
+        return Ok(Duration::from_millis(ms));
+    }
+
+    let mut rest = s;
+    let mut total: u64 = 0;
+    let mut prev_unit: Option<usize> = None;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!("invalid duration {s:?}: expected a number at {rest:?}"));
+        }
+        let (number, tail) = rest.split_at(digits);
+        let unit_len = tail.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let (unit, tail) = tail.split_at(unit_len);
+        if unit.is_empty() {
+            return Err(match tail.chars().next() {
+                None => {
+                    format!("invalid duration {s:?}: missing unit after {number:?} (use d, h, m, s or ms)")
+                }
+                Some(c) => format!("invalid duration {s:?}: unexpected character {c:?}"),
+            });
+        }
+        let idx = DURATION_UNITS
+            .iter()
+            .position(|(u, _)| *u == unit)
+            .ok_or_else(|| format!("invalid duration {s:?}: unknown unit {unit:?} (use d, h, m, s or ms)"))?;
+        if prev_unit.is_some_and(|p| idx <= p) {
+            return Err(format!(
+                "invalid duration {s:?}: each unit may appear once, largest first (e.g. \"1h30m\")"
+            ));
+        }
+        prev_unit = Some(idx);
+        let n: u64 = number.parse().map_err(|_| too_large())?;
+        total = n
+            .checked_mul(DURATION_UNITS[idx].1)
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or_else(too_large)?;
+        rest = tail;
+    }
+    Ok(Duration::from_millis(total))
+}
+
+/// Inverse of [`parse_duration`], so that messages echo values in the same
+/// notation the operator writes.
+fn fmt_duration(d: Duration) -> String {
+    let mut ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    for (unit, size) in DURATION_UNITS {
+        let size = u128::from(size);
+        if ms >= size {
+            let _ = write!(out, "{}{unit}", ms / size);
+            ms %= size;
+        }
+    }
+    out
+}
+
+fn key_err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Key { key: key.into(), message: message.into() }
+}
+
+fn unknown_key(path: String, name: &str, allowed: &[&str], what: &str) -> ConfigError {
+    let message = match suggest(name, allowed) {
+        Some(s) => format!("unknown {what}; did you mean `{s}`?"),
+        None => format!("unknown {what}; expected one of: {}", allowed.join(", ")),
+    };
+    key_err(path, message)
+}
+
+/// Closest allowed name, if the given one looks like a typo of it.
+fn suggest<'a>(name: &str, allowed: &[&'a str]) -> Option<&'a str> {
+    let norm = |s: &str| s.to_ascii_lowercase().replace(['_', '-'], "");
+    allowed
+        .iter()
+        .map(|a| (if norm(a) == norm(name) { 0 } else { edit_distance(a, name) }, *a))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, a)| a)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != *cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// How a value is shown in type errors: scalars with their value, so that
+/// e.g. `"256"` (a string) versus 256 (an integer) is obvious.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Table(_) => "a table".to_owned(),
+        Value::Array(_) => "an array".to_owned(),
+        _ => format!("{} {v}", v.type_str()),
+    }
+}
+
+/// One top-level table, with its allowed keys already checked.
+struct Section<'a> {
+    name: &'static str,
+    table: &'a Table,
+}
+
+impl<'a> Section<'a> {
+    /// A missing table behaves like an empty one, so that required keys are
+    /// reported by their full path (`interfaces.inside`).
+    fn open(root: &'a Table, name: &'static str, empty: &'a Table) -> Result<Self, ConfigError> {
+        let table = match root.get(name) {
+            None => empty,
+            Some(Value::Table(t)) => t,
+            Some(v) => return Err(key_err(name, format!("expected a table, found {}", describe(v)))),
+        };
+        let allowed = allowed_keys(name);
+        for k in table.keys() {
+            if !allowed.contains(&k.as_str()) {
+                return Err(unknown_key(format!("{name}.{k}"), k, allowed, "key"));
+            }
+        }
+        Ok(Section { name, table })
+    }
+
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.name)
+    }
+
+    fn get(&self, k: &str) -> Option<&'a Value> {
+        self.table.get(k)
+    }
+
+    fn require(&self, k: &str) -> Result<&'a Value, ConfigError> {
+        self.get(k).ok_or_else(|| key_err(self.key(k), "required key is missing"))
+    }
+
+    fn bool(&self, k: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(k) {
+            None => Ok(default),
+            Some(Value::Boolean(b)) => Ok(*b),
+            Some(v) => Err(key_err(
+                self.key(k),
+                format!("expected a boolean (true or false), found {}", describe(v)),
+            )),
+        }
+    }
+
+    fn int(&self, k: &str, default: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
+        match self.get(k) {
+            None => Ok(default),
+            Some(Value::Integer(n)) if (lo..=hi).contains(n) => Ok(*n),
+            Some(Value::Integer(n)) => {
+                Err(key_err(self.key(k), format!("must be between {lo} and {hi}, found {n}")))
+            }
+            Some(v) => Err(key_err(self.key(k), format!("expected an integer, found {}", describe(v)))),
+        }
+    }
+
+    fn str(&self, k: &str) -> Result<Option<&'a str>, ConfigError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(key_err(self.key(k), format!("expected a string, found {}", describe(v)))),
+        }
+    }
+
+    fn choice<T: Copy>(&self, k: &str, default: T, choices: &[(&str, T)]) -> Result<T, ConfigError> {
+        let Some(s) = self.str(k)? else { return Ok(default) };
+        choices.iter().find(|(name, _)| *name == s).map(|(_, v)| *v).ok_or_else(|| {
+            let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+            key_err(self.key(k), format!("expected one of {}, found {s:?}", names.join(", ")))
+        })
+    }
+
+    /// Duration as a string (`"5m"`) or integer seconds; range checks are the
+    /// caller's because what is sensible differs per key.
+    fn duration(&self, k: &str) -> Result<Option<Duration>, ConfigError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => parse_duration(s).map(Some).map_err(|m| key_err(self.key(k), m)),
+            Some(Value::Integer(n)) => u64::try_from(*n)
+                .map(|secs| Some(Duration::from_secs(secs)))
+                .map_err(|_| key_err(self.key(k), format!("duration must not be negative, found {n}"))),
+            Some(v) => Err(key_err(
+                self.key(k),
+                format!(
+                    "expected a duration such as \"5m\" or an integer number of seconds, found {}",
+                    describe(v)
+                ),
+            )),
+        }
+    }
+
+    /// Required, non-empty array of strings, each paired with its own key path.
+    fn str_array(&self, k: &str) -> Result<Vec<(String, &'a str)>, ConfigError> {
+        let key = self.key(k);
+        let arr = match self.require(k)? {
+            Value::Array(a) => a,
+            Value::String(s) => {
+                return Err(key_err(
+                    key,
+                    format!("expected an array of strings such as [{s:?}], found a single string"),
+                ))
+            }
+            v => return Err(key_err(key, format!("expected an array of strings, found {}", describe(v)))),
+        };
+        if arr.is_empty() {
+            return Err(key_err(key, "must list at least one entry"));
+        }
+        arr.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let elem = format!("{key}[{i}]");
+                match v {
+                    Value::String(s) => Ok((elem, s.as_str())),
+                    v => Err(key_err(elem, format!("expected a string, found {}", describe(v)))),
+                }
+            })
+            .collect()
+    }
+}
+
+fn allowed_keys(section: &str) -> &'static [&'static str] {
+    match section {
+        "interfaces" => &["inside", "outside", "xdp_mode"],
+        "pool" => &["addresses", "ports"],
+        "nat" => &[
+            "block_size",
+            "max_blocks_per_subscriber",
+            "port_parity",
+            "hairpinning",
+            "filtering",
+            "max_new_mappings_per_sec",
+        ],
+        "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
+        "limits" => &["max_subscribers", "max_mappings", "max_sessions"],
+        "daemon" => &["pin_path", "sweep_interval"],
+        _ => &[],
+    }
+}
+
+fn parse_interfaces(sec: &Section) -> Result<Interfaces, ConfigError> {
+    let inside = interface_list(sec, "inside", &[])?;
+    let outside = interface_list(sec, "outside", &inside)?;
+    let xdp_mode = sec.choice(
+        "xdp_mode",
+        XdpMode::default(),
+        &[("native", XdpMode::Native), ("generic", XdpMode::Generic)],
+    )?;
+    Ok(Interfaces { inside, outside, xdp_mode })
+}
+
+/// `other` is the list parsed before this one: an interface on both sides
+/// would make the NAT direction of its traffic ambiguous.
+fn interface_list(sec: &Section, k: &str, other: &[String]) -> Result<Vec<String>, ConfigError> {
+    let entries = sec.str_array(k)?;
+    if entries.len() > MAX_INTERFACES {
+        return Err(key_err(
+            sec.key(k),
+            format!("at most {MAX_INTERFACES} interfaces are supported, found {}", entries.len()),
+        ));
+    }
+    let mut names: Vec<String> = Vec::with_capacity(entries.len());
+    for (key, name) in entries {
+        check_ifname(name).map_err(|m| key_err(&key, m))?;
+        if let Some(i) = names.iter().position(|n| n == name) {
+            return Err(key_err(key, format!("{name:?} is already listed as {}[{i}]", sec.key(k))));
+        }
+        if let Some(i) = other.iter().position(|n| n == name) {
+            return Err(key_err(
+                key,
+                format!("{name:?} is also listed as interfaces.inside[{i}]; an interface cannot be both inside and outside"),
+            ));
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
+/// Mirrors the kernel's dev_valid_name(), so that a name the kernel would
+/// refuse fails here with a clear message instead of as an ifindex lookup
+/// error at attach time.
+fn check_ifname(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("interface name must not be empty".to_owned());
+    }
+    if name.len() > MAX_IFNAME_LEN {
+        return Err(format!(
+            "interface name {name:?} is {} bytes long; Linux allows at most {MAX_IFNAME_LEN}",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is not a valid interface name"));
+    }
+    // ':' is the kernel's alias separator and NUL would silently truncate the
+    // name, so both are rejected alongside '/' and whitespace.
+    if let Some(c) = name.chars().find(|&c| c == '/' || c == ':' || c == '\0' || c.is_whitespace()) {
+        return Err(format!("interface name {name:?} contains {c:?}, which Linux does not allow"));
+    }
+    Ok(())
+}
+
+struct PoolEntry<'a> {
+    key: String,
+    text: &'a str,
+    first: u32,
+    last: u32,
+}
+
+/// Ranges that can never be a NAT source address. 255.255.255.255 is listed
+/// before 240.0.0.0/4 so that it gets the more specific explanation.
+const RESERVED_RANGES: &[(u32, u32, &str)] = &[
+    (0x0000_0000, 0x00ff_ffff, "0.0.0.0/8 (\"this network\")"),
+    (0x7f00_0000, 0x7fff_ffff, "127.0.0.0/8 (loopback)"),
+    (0xe000_0000, 0xefff_ffff, "224.0.0.0/4 (multicast)"),
+    (0xffff_ffff, 0xffff_ffff, "255.255.255.255 (limited broadcast)"),
+    (0xf000_0000, 0xffff_ffff, "240.0.0.0/4 (reserved)"),
+];
+
+fn parse_pool(sec: &Section) -> Result<Pool, ConfigError> {
+    let mut entries = Vec::new();
+    for (key, text) in sec.str_array("addresses")? {
+        let (first, last) = parse_pool_entry(text).map_err(|m| key_err(&key, m))?;
+        entries.push(PoolEntry { key, text, first, last });
+    }
+    check_pool_overlap(&entries)?;
+
+    let total: u64 = entries.iter().map(|e| u64::from(e.last - e.first) + 1).sum();
+    if total > MAX_POOL_ADDRESSES {
+        return Err(key_err(
+            sec.key("addresses"),
+            format!("the pool has {total} addresses; at most {MAX_POOL_ADDRESSES} are supported"),
+        ));
+    }
+    let addresses = entries.iter().flat_map(|e| (e.first..=e.last).map(Ipv4Addr::from)).collect();
+
+    let (port_lo, port_hi) = match sec.str("ports")? {
+        None => (1024, 65535),
+        Some(s) => parse_port_range(s).map_err(|m| key_err(sec.key("ports"), m))?,
+    };
+    Ok(Pool { addresses, port_lo, port_hi })
+}
+
+/// Returns the inclusive address range of `"a.b.c.d"` or `"a.b.c.d/len"`.
+fn parse_pool_entry(text: &str) -> Result<(u32, u32), String> {
+    let (addr_text, len) = match text.split_once('/') {
+        None => (text, 32),
+        Some((a, l)) => {
+            // u8::from_str would also accept "+24".
+            if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("{text:?}: prefix length {l:?} is not a number"));
+            }
+            let len = l.parse::<u8>().ok().filter(|n| (MIN_POOL_PREFIX_LEN..=32).contains(n)).ok_or_else(|| {
+                format!(
+                    "{text:?}: prefix length /{l} is out of range; it must be between /{MIN_POOL_PREFIX_LEN} and /32"
+                )
+            })?;
+            (a, len)
+        }
+    };
+    // std's parser rejects leading zeros, which avoids the octal ambiguity
+    // of inet_aton ("010.0.0.1").
+    let addr: Ipv4Addr =
+        addr_text.parse().map_err(|_| format!("{addr_text:?} is not an IPv4 address in dotted-quad form"))?;
+    let host_mask = u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+    let first = u32::from(addr);
+    if first & host_mask != 0 {
+        let network = Ipv4Addr::from(first & !host_mask);
+        return Err(format!(
+            "{text:?} has host bits set; did you mean \"{network}/{len}\" (or \"{addr}\" for the single address)?"
+        ));
+    }
+    let last = first | host_mask;
+    if let Some((_, _, what)) = RESERVED_RANGES.iter().find(|(lo, hi, _)| first <= *hi && *lo <= last) {
+        return Err(format!("{text:?} lies in {what}, which cannot be used as a NAT pool address"));
+    }
+    Ok((first, last))
+}
+
+/// Overlaps would hand out the same public address/port twice. Sorting keeps
+/// this O(n log n), which matters since the pool may list thousands of /32s.
+fn check_pool_overlap(entries: &[PoolEntry]) -> Result<(), ConfigError> {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by_key(|&i| (entries[i].first, i));
+    // After sorting by start, an entry overlaps some earlier one iff it
+    // overlaps the one reaching furthest so far.
+    let mut widest: Option<usize> = None;
+    for i in order {
+        if let Some(w) = widest {
+            let (a, b) = (&entries[w], &entries[i]);
+            if b.first <= a.last {
+                // Blame the entry that comes later in the file.
+                let (earlier, later) = if w < i { (a, b) } else { (b, a) };
+                let verb = if a.first == b.first && a.last == b.last { "duplicates" } else { "overlaps" };
+                return Err(key_err(
+                    &later.key,
+                    format!("{:?} {verb} {} ({:?})", later.text, earlier.key, earlier.text),
+                ));
+            }
+            if b.last > a.last {
+                widest = Some(i);
+            }
+        } else {
+            widest = Some(i);
+        }
+    }
+    Ok(())
+}
+
+fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let Some((lo, hi)) = s.split_once('-') else {
+        return Err(format!("expected an inclusive range \"lo-hi\" such as \"1024-65535\", found {s:?}"));
+    };
+    let lo = parse_port(lo)?;
+    let hi = parse_port(hi)?;
+    if lo == 0 {
+        return Err("port 0 is not a valid source port; the range must start at 1 or above".to_owned());
+    }
+    if lo > hi {
+        return Err(format!("range {s:?} is empty: {lo} is above {hi}"));
+    }
+    Ok((lo, hi))
+}
+
+fn parse_port(p: &str) -> Result<u16, String> {
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{p:?} is not a port number"));
+    }
+    p.parse::<u16>().map_err(|_| format!("port {p} is above 65535"))
+}
+
+fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
+    let d = Nat::default();
+    let ports = u32::from(pool.port_hi) - u32::from(pool.port_lo) + 1;
+
+    let block_size = sec.int("block_size", d.block_size.into(), 2, u16::MAX.into())? as u16;
+    if block_size % 2 != 0 {
+        return Err(key_err(
+            sec.key("block_size"),
+            format!("must be even so that each block holds as many even as odd ports (port parity), found {block_size}"),
+        ));
+    }
+    if u32::from(block_size) > ports {
+        let which = if sec.get("block_size").is_some() { "" } else { "the default " };
+        return Err(key_err(
+            sec.key("block_size"),
+            format!(
+                "{which}{block_size} is larger than the {ports} ports of pool.ports ({}-{})",
+                pool.port_lo, pool.port_hi
+            ),
+        ));
+    }
+
+    let max_blocks_per_subscriber =
+        sec.int("max_blocks_per_subscriber", d.max_blocks_per_subscriber.into(), 1, 32)? as u16;
+    let port_parity = sec.bool("port_parity", d.port_parity)?;
+    let hairpinning = sec.bool("hairpinning", d.hairpinning)?;
+    let filtering = sec.choice(
+        "filtering",
+        d.filtering,
+        &[
+            ("endpoint-independent", Filtering::EndpointIndependent),
+            ("address-dependent", Filtering::AddressDependent),
+            ("address-and-port-dependent", Filtering::AddressAndPortDependent),
+        ],
+    )?;
+    let max_new_mappings_per_sec =
+        sec.int("max_new_mappings_per_sec", d.max_new_mappings_per_sec.into(), 0, u32::MAX.into())? as u32;
+
+    Ok(Nat {
+        block_size,
+        max_blocks_per_subscriber,
+        port_parity,
+        hairpinning,
+        filtering,
+        max_new_mappings_per_sec,
+    })
+}
+
+fn parse_timeouts(sec: &Section, warnings: &mut Vec<String>) -> Result<Timeouts, ConfigError> {
+    let d = Timeouts::default();
+    // Below these minima applications misbehave (keepalives outrun the NAT),
+    // but operators sometimes trade that for state-table capacity, so they
+    // only warrant a warning.
+    let mut get = |k: &str, default: Duration, min: Duration, rfc: &str| -> Result<Duration, ConfigError> {
+        let Some(v) = sec.duration(k)? else { return Ok(default) };
+        if v.is_zero() {
+            return Err(key_err(sec.key(k), "timeout must not be zero"));
+        }
+        if v > MAX_TIMEOUT {
+            return Err(key_err(
+                sec.key(k),
+                format!("{} exceeds the maximum of {}", fmt_duration(v), fmt_duration(MAX_TIMEOUT)),
+            ));
+        }
+        if v < min {
+            warnings.push(format!(
+                "{} = {} is below the {rfc} minimum of {}",
+                sec.key(k),
+                fmt_duration(v),
+                fmt_duration(min)
+            ));
+        }
+        Ok(v)
+    };
+    Ok(Timeouts {
+        udp: get("udp", d.udp, Duration::from_secs(120), "RFC 4787 REQ-5")?,
+        tcp_established: get(
+            "tcp_established",
+            d.tcp_established,
+            Duration::from_secs(7440),
+            "RFC 5382 REQ-5",
+        )?,
+        tcp_transitory: get("tcp_transitory", d.tcp_transitory, Duration::from_secs(240), "RFC 5382 REQ-5")?,
+        icmp: get("icmp", d.icmp, Duration::from_secs(60), "RFC 5508 REQ-2")?,
+        port_hold_down: get("port_hold_down", d.port_hold_down, Duration::from_secs(120), "RFC 6888 REQ-8")?,
+    })
+}
+
+fn parse_limits(sec: &Section) -> Result<Limits, ConfigError> {
+    let d = Limits::default();
+    let get = |k: &str, default: u32| sec.int(k, default.into(), 1, MAX_LIMIT).map(|n| n as u32);
+    Ok(Limits {
+        max_subscribers: get("max_subscribers", d.max_subscribers)?,
+        max_mappings: get("max_mappings", d.max_mappings)?,
+        max_sessions: get("max_sessions", d.max_sessions)?,
+    })
+}
+
+fn parse_daemon(sec: &Section) -> Result<Daemon, ConfigError> {
+    let d = Daemon::default();
+    let pin_path = match sec.str("pin_path")? {
+        None => d.pin_path,
+        // A relative path would resolve against whatever directory the
+        // daemon happened to be started from, and bpffs pins must outlive it.
+        Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
+        Some(p) => {
+            return Err(key_err(sec.key("pin_path"), format!("must be an absolute path, found {p:?}")))
+        }
+    };
+    let sweep_interval = match sec.duration("sweep_interval")? {
+        None => d.sweep_interval,
+        Some(v) if (MIN_SWEEP_INTERVAL..=MAX_SWEEP_INTERVAL).contains(&v) => v,
+        Some(v) => {
+            return Err(key_err(
+                sec.key("sweep_interval"),
+                format!(
+                    "must be between {} and {}, found {}",
+                    fmt_duration(MIN_SWEEP_INTERVAL),
+                    fmt_duration(MAX_SWEEP_INTERVAL),
+                    fmt_duration(v)
+                ),
+            ))
+        }
+    };
+    Ok(Daemon { pin_path, sweep_interval })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IFACES: &str = "[interfaces]\ninside = [\"lan0\"]\noutside = [\"wan0\"]\n";
+    const POOL: &str = "[pool]\naddresses = [\"203.0.113.1\"]\n";
+
+    /// Minimal valid document plus `extra` (which must not repeat
+    /// `[interfaces]` or `[pool]`).
+    fn with(extra: &str) -> String {
+        format!("{IFACES}{POOL}{extra}")
+    }
+
+    fn with_interfaces(body: &str) -> String {
+        format!("[interfaces]\n{body}\n{POOL}")
+    }
+
+    fn with_pool(body: &str) -> String {
+        format!("{IFACES}[pool]\n{body}\n")
+    }
+
+    fn ok(doc: &str) -> Config {
+        Config::from_toml_str(doc).unwrap_or_else(|e| panic!("unexpected error: {e}\n--- config:\n{doc}"))
+    }
+
+    /// Asserts a `Key` error for `key` and returns its message.
+    fn key_error(doc: &str, key: &str) -> String {
+        match Config::from_toml_str(doc) {
+            Err(ConfigError::Key { key: k, message }) => {
+                assert_eq!(k, key, "wrong key; message was: {message}\n--- config:\n{doc}");
+                message
+            }
+            other => panic!("expected key error for `{key}`, got {other:?}\n--- config:\n{doc}"),
+        }
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    // ---- defaults and the documented example ----
+
+    #[test]
+    fn minimal_config_uses_defaults() {
+        let c = ok(&with(""));
+        assert_eq!(c.interfaces.inside, ["lan0"]);
+        assert_eq!(c.interfaces.outside, ["wan0"]);
+        assert_eq!(c.interfaces.xdp_mode, XdpMode::Native);
+        assert_eq!(c.pool.addresses, [Ipv4Addr::new(203, 0, 113, 1)]);
+        assert_eq!((c.pool.port_lo, c.pool.port_hi), (1024, 65535));
+        assert_eq!(
+            c.nat,
+            Nat {
+                block_size: 256,
+                max_blocks_per_subscriber: 4,
+                port_parity: true,
+                hairpinning: true,
+                filtering: Filtering::EndpointIndependent,
+                max_new_mappings_per_sec: 0,
+            }
+        );
+        assert_eq!(
+            c.timeouts,
+            Timeouts {
+                udp: secs(300),
+                tcp_established: secs(7440),
+                tcp_transitory: secs(240),
+                icmp: secs(60),
+                port_hold_down: secs(120),
+            }
+        );
+        assert_eq!(
+            c.limits,
+            Limits { max_subscribers: 65536, max_mappings: 1_048_576, max_sessions: 1_048_576 }
+        );
+        assert_eq!(c.daemon, Daemon { pin_path: "/sys/fs/bpf/natrix".into(), sweep_interval: secs(1) });
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.block_count_per_addr(), 252);
+    }
+
+    #[test]
+    fn empty_tables_use_defaults() {
+        let c = ok(&with("[nat]\n[timeouts]\n[limits]\n[daemon]\n"));
+        assert_eq!(c, ok(&with("")));
+    }
+
+    const EXAMPLE: &str = r#"
+[interfaces]
+inside = ["lan0"]                 # one or more, required
+outside = ["wan0"]                # one or more, required
+xdp_mode = "native"               # or "generic"
+[pool]
+addresses = ["203.0.113.16/29", "203.0.113.40"]   # required; addresses and prefixes, possibly non-contiguous
+ports = "1024-65535"              # default; "lo-hi" inclusive
+[nat]
+block_size = 256                  # default 256
+max_blocks_per_subscriber = 4     # default 4
+port_parity = true                # default true
+hairpinning = true                # default true
+filtering = "endpoint-independent"   # | "address-dependent" | "address-and-port-dependent"
+max_new_mappings_per_sec = 0      # default 0 = unlimited
+[timeouts]
+udp = "5m"                        # RFC 4787 REQ-5 minimum 2m
+tcp_established = "2h4m"          # RFC 5382 REQ-5 minimum 2h4m
+tcp_transitory = "4m"             # RFC 5382 minimum 4m
+icmp = "60s"                      # RFC 5508 REQ-2 minimum 60s
+port_hold_down = "120s"           # RFC 6888 REQ-8 minimum 120s
+[limits]
+max_subscribers = 65536           # defaults; each 1 ..= 100_000_000
+max_mappings = 1048576
+max_sessions = 1048576
+[daemon]
+pin_path = "/sys/fs/bpf/natrix"   # default; must be absolute
+sweep_interval = "1s"             # default; 100ms ..= 60s
+"#;
+
+    #[test]
+    fn documented_example_parses_exactly() {
+        let c = ok(EXAMPLE);
+        let mut addrs: Vec<Ipv4Addr> = (16..=23).map(|h| Ipv4Addr::new(203, 0, 113, h)).collect();
+        addrs.push(Ipv4Addr::new(203, 0, 113, 40));
+        let expected = Config {
+            interfaces: Interfaces {
+                inside: vec!["lan0".into()],
+                outside: vec!["wan0".into()],
+                xdp_mode: XdpMode::Native,
+            },
+            pool: Pool { addresses: addrs, port_lo: 1024, port_hi: 65535 },
+            nat: Nat::default(),
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
+            daemon: Daemon::default(),
+            warnings: vec![],
+        };
+        assert_eq!(c, expected);
+        // Every value in the example is the default.
+        assert_eq!(c, Config { pool: c.pool.clone(), ..ok(&with("")) });
+    }
+
+    #[test]
+    fn non_default_values_are_applied() {
+        let c = ok(r#"
+[interfaces]
+inside = ["lan0", "lan1"]
+outside = ["wan0"]
+xdp_mode = "generic"
+[pool]
+addresses = ["198.51.100.0/31"]
+ports = "2000-2999"
+[nat]
+block_size = 100
+max_blocks_per_subscriber = 32
+port_parity = false
+hairpinning = false
+filtering = "address-and-port-dependent"
+max_new_mappings_per_sec = 1000
+[timeouts]
+udp = 600
+tcp_established = "1d"
+tcp_transitory = "5m"
+icmp = "90s"
+port_hold_down = "3m"
+[limits]
+max_subscribers = 1
+max_mappings = 100000000
+max_sessions = 2
+[daemon]
+pin_path = "/run/natrix"
+sweep_interval = "250ms"
+"#);
+        assert_eq!(c.interfaces.inside, ["lan0", "lan1"]);
+        assert_eq!(c.interfaces.xdp_mode, XdpMode::Generic);
+        assert_eq!(c.pool.addresses, [Ipv4Addr::new(198, 51, 100, 0), Ipv4Addr::new(198, 51, 100, 1)]);
+        assert_eq!((c.pool.port_lo, c.pool.port_hi), (2000, 2999));
+        assert_eq!(
+            c.nat,
+            Nat {
+                block_size: 100,
+                max_blocks_per_subscriber: 32,
+                port_parity: false,
+                hairpinning: false,
+                filtering: Filtering::AddressAndPortDependent,
+                max_new_mappings_per_sec: 1000,
+            }
+        );
+        assert_eq!(c.timeouts.udp, secs(600));
+        assert_eq!(c.timeouts.tcp_established, secs(86400));
+        assert_eq!(c.timeouts.icmp, secs(90));
+        assert_eq!(c.timeouts.port_hold_down, secs(180));
+        assert_eq!(c.limits, Limits { max_subscribers: 1, max_mappings: 100_000_000, max_sessions: 2 });
+        assert_eq!(c.daemon.pin_path, PathBuf::from("/run/natrix"));
+        assert_eq!(c.daemon.sweep_interval, Duration::from_millis(250));
+        assert_eq!(c.block_count_per_addr(), 10);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn address_dependent_filtering() {
+        let c = ok(&with("[nat]\nfiltering = \"address-dependent\"\n"));
+        assert_eq!(c.nat.filtering, Filtering::AddressDependent);
+    }
+
+    #[test]
+    fn block_count_ignores_leftover_ports() {
+        let c =
+            ok(&with_pool("addresses = [\"203.0.113.1\"]\nports = \"1000-1999\"\n[nat]\nblock_size = 300"));
+        assert_eq!(c.block_count_per_addr(), 3);
+    }
+
+    // ---- durations ----
+
+    #[test]
+    fn durations_parse() {
+        for (s, ms) in [
+            ("2h4m", 7_440_000),
+            ("60s", 60_000),
+            ("3s", 3_000),
+            ("5m", 300_000),
+            ("500ms", 500),
+            ("1d", 86_400_000),
+            ("1h30m15s", 5_415_000),
+            ("1d2h3m4s5ms", 93_784_005),
+            ("1m500ms", 60_500),
+            ("90", 90_000),
+            ("0", 0),
+            ("0s", 0),
+            ("90m", 5_400_000),
+        ] {
+            assert_eq!(parse_duration(s), Ok(Duration::from_millis(ms)), "{s}");
+        }
+    }
+
+    #[test]
+    fn durations_reject_garbage() {
+        for (s, why) in [
+            ("", "empty"),
+            ("-5s", "negative"),
+            ("-5", "negative"),
+            ("5x", "unknown unit \"x\""),
+            ("5M", "unknown unit \"M\""),
+            ("5 m", "unexpected character ' '"),
+            ("1h 30m", "expected a number"),
+            ("1.5h", "unexpected character '.'"),
+            ("1h30", "missing unit"),
+            ("h", "expected a number"),
+            ("+5s", "expected a number"),
+            ("5m5m", "largest first"),
+            ("30s1m", "largest first"),
+            ("99999999999999999999", "too large"),
+            ("99999999999999999999s", "too large"),
+            ("18446744073709551615", "too large"),
+            ("213503982335d", "too large"),
+        ] {
+            let err = parse_duration(s).expect_err(s);
+            assert!(err.contains(why), "{s:?}: {err:?} lacks {why:?}");
+        }
+    }
+
+    #[test]
+    fn fmt_duration_round_trips() {
+        for s in ["2h4m", "1d", "500ms", "1h30m15s", "2m", "0s", "1d2h3m4s5ms"] {
+            assert_eq!(fmt_duration(parse_duration(s).unwrap()), s);
+        }
+        assert_eq!(fmt_duration(secs(120)), "2m");
+    }
+
+    // ---- errors: document level ----
+
+    #[test]
+    fn syntax_error_has_position() {
+        match Config::from_toml_str("[interfaces\ninside = 1") {
+            Err(e @ ConfigError::Syntax { .. }) => {
+                let s = e.to_string();
+                assert!(s.contains("line 1"), "{s}");
+                assert!(s.contains("column"), "{s}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            Config::from_toml_str(&with("[nat]\nblock_size = ")),
+            Err(ConfigError::Syntax { .. })
+        ));
+    }
+
+    #[test]
+    fn key_error_display() {
+        let e =
+            Config::from_toml_str(&with_pool("addresses = [\"203.0.113.1\"]\nports = \"x\"")).unwrap_err();
+        assert!(e.to_string().starts_with("config key `pool.ports`: "), "{e}");
+    }
+
+    #[test]
+    fn unknown_top_level_table() {
+        let m = key_error(&with("[timeout]\nudp = \"5m\"\n"), "timeout");
+        assert!(m.contains("unknown table") && m.contains("`timeouts`"), "{m}");
+        let m = key_error(&with("[bogus]\n"), "bogus");
+        assert!(m.contains("expected one of: interfaces, pool"), "{m}");
+    }
+
+    #[test]
+    fn unknown_top_level_key() {
+        let m = key_error(&format!("verbose = true\n{}", with("")), "verbose");
+        assert!(m.contains("unknown key"), "{m}");
+    }
+
+    #[test]
+    fn unknown_key_in_every_section() {
+        let m = key_error(&with("[nat]\nblocksize = 256\n"), "nat.blocksize");
+        assert!(m.contains("did you mean `block_size`"), "{m}");
+        let m = key_error(&with("[nat]\nmax-blocks-per-subscriber = 4\n"), "nat.max-blocks-per-subscriber");
+        assert!(m.contains("did you mean `max_blocks_per_subscriber`"), "{m}");
+        key_error(
+            &with_interfaces("inside = [\"a\"]\noutside = [\"b\"]\nmode = \"native\""),
+            "interfaces.mode",
+        );
+        key_error(&with_pool("addresses = [\"203.0.113.1\"]\nport = \"1-2\""), "pool.port");
+        let m = key_error(&with("[timeouts]\ntcp = \"1h\"\n"), "timeouts.tcp");
+        assert!(m.contains("udp"), "{m}");
+        key_error(&with("[limits]\nmax_subscriber = 1\n"), "limits.max_subscriber");
+        key_error(&with("[daemon]\npinpath = \"/x\"\n"), "daemon.pinpath");
+        // A nested table is just another unknown key.
+        key_error(&with("[nat.extra]\nx = 1\n"), "nat.extra");
+    }
+
+    #[test]
+    fn section_must_be_a_table() {
+        for s in SECTIONS {
+            // Top-level keys must precede the first table header.
+            let doc = match *s {
+                "interfaces" => format!("{s} = 5\n{POOL}"),
+                "pool" => format!("{s} = 5\n{IFACES}"),
+                _ => format!("{s} = 5\n{}", with("")),
+            };
+            let m = key_error(&doc, s);
+            assert!(m.contains("expected a table"), "{m}");
+        }
+    }
+
+    // ---- errors: interfaces ----
+
+    #[test]
+    fn interfaces_required() {
+        key_error(POOL, "interfaces.inside");
+        key_error(&with_interfaces("outside = [\"wan0\"]"), "interfaces.inside");
+        let m = key_error(&with_interfaces("inside = [\"lan0\"]"), "interfaces.outside");
+        assert!(m.contains("required"), "{m}");
+    }
+
+    #[test]
+    fn interfaces_must_be_non_empty_string_arrays() {
+        let m = key_error(&with_interfaces("inside = []\noutside = [\"wan0\"]"), "interfaces.inside");
+        assert!(m.contains("at least one"), "{m}");
+        key_error(&with_interfaces("inside = [\"lan0\"]\noutside = []"), "interfaces.outside");
+        let m = key_error(&with_interfaces("inside = \"lan0\"\noutside = [\"wan0\"]"), "interfaces.inside");
+        assert!(m.contains("[\"lan0\"]"), "{m}");
+        key_error(&with_interfaces("inside = 3\noutside = [\"wan0\"]"), "interfaces.inside");
+        let m = key_error(
+            &with_interfaces("inside = [\"lan0\", 7]\noutside = [\"wan0\"]"),
+            "interfaces.inside[1]",
+        );
+        assert!(m.contains("expected a string, found integer 7"), "{m}");
+        key_error(&with_interfaces("inside = [\"lan0\"]\noutside = [[\"wan0\"]]"), "interfaces.outside[0]");
+    }
+
+    #[test]
+    fn interface_names_are_validated() {
+        for (name, why) in [
+            ("", "empty"),
+            ("abcdefghijklmnop", "at most 15"),
+            ("a/b", "'/'"),
+            ("lan 0", "' '"),
+            ("lan\\t0", "'\\t'"),
+            (".", "not a valid"),
+            ("..", "not a valid"),
+            ("eth0:1", "':'"),
+        ] {
+            let doc = with_interfaces(&format!("inside = [\"lan0\", \"{name}\"]\noutside = [\"wan0\"]"));
+            let m = key_error(&doc, "interfaces.inside[1]");
+            assert!(m.contains(why), "{name:?}: {m}");
+            let doc = with_interfaces(&format!("inside = [\"lan0\"]\noutside = [\"{name}\"]"));
+            key_error(&doc, "interfaces.outside[0]");
+        }
+        // Exactly 15 bytes is fine.
+        ok(&with_interfaces("inside = [\"abcdefghijklmno\"]\noutside = [\"wan0\"]"));
+    }
+
+    #[test]
+    fn interface_duplicates_within_a_list() {
+        let m = key_error(
+            &with_interfaces("inside = [\"lan0\", \"lan1\", \"lan0\"]\noutside = [\"wan0\"]"),
+            "interfaces.inside[2]",
+        );
+        assert!(m.contains("interfaces.inside[0]"), "{m}");
+        key_error(
+            &with_interfaces("inside = [\"lan0\"]\noutside = [\"wan0\", \"wan0\"]"),
+            "interfaces.outside[1]",
+        );
+    }
+
+    #[test]
+    fn interface_in_both_lists() {
+        let m = key_error(
+            &with_interfaces("inside = [\"lan0\", \"x0\"]\noutside = [\"wan0\", \"x0\"]"),
+            "interfaces.outside[1]",
+        );
+        assert!(m.contains("interfaces.inside[1]") && m.contains("both"), "{m}");
+    }
+
+    #[test]
+    fn interface_list_limit() {
+        let list = |n: usize| (0..n).map(|i| format!("\"l{i}\"")).collect::<Vec<_>>().join(", ");
+        ok(&with_interfaces(&format!("inside = [{}]\noutside = [\"wan0\"]", list(32))));
+        let m = key_error(
+            &with_interfaces(&format!("inside = [{}]\noutside = [\"wan0\"]", list(33))),
+            "interfaces.inside",
+        );
+        assert!(m.contains("at most 32"), "{m}");
+        key_error(
+            &with_interfaces(&format!("inside = [\"lan0\"]\noutside = [{}]", list(33))),
+            "interfaces.outside",
+        );
+    }
+
+    #[test]
+    fn xdp_mode_values() {
+        let base = "inside = [\"lan0\"]\noutside = [\"wan0\"]\n";
+        let m = key_error(&with_interfaces(&format!("{base}xdp_mode = \"skb\"")), "interfaces.xdp_mode");
+        assert!(m.contains("\"native\", \"generic\"") && m.contains("\"skb\""), "{m}");
+        let m = key_error(&with_interfaces(&format!("{base}xdp_mode = 1")), "interfaces.xdp_mode");
+        assert!(m.contains("expected a string"), "{m}");
+        // Case matters: the config is not a place for guessing.
+        key_error(&with_interfaces(&format!("{base}xdp_mode = \"Native\"")), "interfaces.xdp_mode");
+    }
+
+    // ---- errors: pool ----
+
+    #[test]
+    fn pool_addresses_required() {
+        key_error(IFACES, "pool.addresses");
+        key_error(&with_pool("ports = \"1024-65535\""), "pool.addresses");
+        key_error(&with_pool("addresses = []"), "pool.addresses");
+        key_error(&with_pool("addresses = \"203.0.113.1\""), "pool.addresses");
+        key_error(&with_pool("addresses = [\"203.0.113.1\", 5]"), "pool.addresses[1]");
+    }
+
+    #[test]
+    fn pool_address_syntax() {
+        for (entry, why) in [
+            ("203.0.113", "not an IPv4 address"),
+            ("203.0.113.256", "not an IPv4 address"),
+            ("203.0.113.01", "not an IPv4 address"),
+            ("2001:db8::1", "not an IPv4 address"),
+            (" 203.0.113.1", "not an IPv4 address"),
+            ("203.0.113.0/", "not a number"),
+            ("203.0.113.0/+24", "not a number"),
+            ("203.0.113.0/x", "not a number"),
+            ("203.0.0.0/15", "between /16 and /32"),
+            ("203.0.113.0/33", "between /16 and /32"),
+            ("203.0.113.0/999", "between /16 and /32"),
+        ] {
+            let m = key_error(
+                &with_pool(&format!("addresses = [\"203.0.114.1\", \"{entry}\"]")),
+                "pool.addresses[1]",
+            );
+            assert!(m.contains(why), "{entry:?}: {m}");
+        }
+    }
+
+    #[test]
+    fn pool_prefix_with_host_bits() {
+        let m = key_error(&with_pool("addresses = [\"203.0.113.17/29\"]"), "pool.addresses[0]");
+        assert!(m.contains("host bits") && m.contains("\"203.0.113.16/29\""), "{m}");
+    }
+
+    #[test]
+    fn pool_prefix_includes_network_and_broadcast() {
+        let c = ok(&with_pool("addresses = [\"203.0.113.0/30\"]"));
+        assert_eq!(c.pool.addresses, (0..4).map(|h| Ipv4Addr::new(203, 0, 113, h)).collect::<Vec<_>>());
+        let c = ok(&with_pool("addresses = [\"10.0.0.0/16\"]"));
+        assert_eq!(c.pool.addresses.len(), 65536);
+        assert_eq!(c.pool.addresses[0], Ipv4Addr::new(10, 0, 0, 0));
+        assert_eq!(c.pool.addresses[65535], Ipv4Addr::new(10, 0, 255, 255));
+    }
+
+    #[test]
+    fn pool_keeps_configured_order() {
+        let c = ok(&with_pool("addresses = [\"203.0.113.40\", \"198.51.100.2/31\", \"203.0.113.1\"]"));
+        assert_eq!(
+            c.pool.addresses,
+            [
+                Ipv4Addr::new(203, 0, 113, 40),
+                Ipv4Addr::new(198, 51, 100, 2),
+                Ipv4Addr::new(198, 51, 100, 3),
+                Ipv4Addr::new(203, 0, 113, 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn pool_reserved_ranges() {
+        for (entry, why) in [
+            ("0.0.0.0", "0.0.0.0/8"),
+            ("0.1.0.0/16", "0.0.0.0/8"),
+            ("127.0.0.1", "loopback"),
+            ("224.0.0.1", "multicast"),
+            ("239.255.0.0/16", "multicast"),
+            ("240.0.0.1", "240.0.0.0/4"),
+            ("255.255.255.255", "limited broadcast"),
+        ] {
+            let m = key_error(&with_pool(&format!("addresses = [\"{entry}\"]")), "pool.addresses[0]");
+            assert!(m.contains(why), "{entry:?}: {m}");
+        }
+        // Neighbours of the reserved ranges are fine.
+        ok(&with_pool("addresses = [\"1.0.0.0\", \"126.255.255.255\", \"128.0.0.0\", \"223.255.255.255\"]"));
+    }
+
+    #[test]
+    fn pool_duplicates_and_overlaps_name_both() {
+        let m = key_error(
+            &with_pool("addresses = [\"203.0.113.40\", \"203.0.113.1\", \"203.0.113.40\"]"),
+            "pool.addresses[2]",
+        );
+        assert!(m.contains("duplicates pool.addresses[0]"), "{m}");
+        // The later entry is blamed even when it sorts first.
+        let m =
+            key_error(&with_pool("addresses = [\"203.0.113.20\", \"203.0.113.16/29\"]"), "pool.addresses[1]");
+        assert!(m.contains("overlaps pool.addresses[0]") && m.contains("\"203.0.113.20\""), "{m}");
+        let m = key_error(
+            &with_pool("addresses = [\"203.0.113.0/24\", \"198.51.100.1\", \"203.0.113.200\"]"),
+            "pool.addresses[2]",
+        );
+        assert!(m.contains("pool.addresses[0]"), "{m}");
+        // Overlap hidden behind a wide earlier prefix is still found.
+        let m = key_error(
+            &with_pool("addresses = [\"10.0.0.0/16\", \"10.0.1.0/24\", \"10.0.200.1\"]"),
+            "pool.addresses[1]",
+        );
+        assert!(m.contains("pool.addresses[0]"), "{m}");
+        // Adjacent is not overlapping.
+        ok(&with_pool("addresses = [\"203.0.113.16/29\", \"203.0.113.24/29\", \"203.0.113.15\"]"));
+    }
+
+    #[test]
+    fn pool_size_limit() {
+        let m = key_error(&with_pool("addresses = [\"10.0.0.0/16\", \"10.1.0.0\"]"), "pool.addresses");
+        assert!(m.contains("65537") && m.contains("65536"), "{m}");
+    }
+
+    #[test]
+    fn pool_ports() {
+        let base = "addresses = [\"203.0.113.1\"]\n";
+        let c = ok(&with_pool(&format!("{base}ports = \"1-256\"")));
+        assert_eq!((c.pool.port_lo, c.pool.port_hi), (1, 256));
+        let c = ok(&with_pool(&format!("{base}ports = \"5000-5001\"\n[nat]\nblock_size = 2")));
+        assert_eq!((c.pool.port_lo, c.pool.port_hi), (5000, 5001));
+        for (ports, why) in [
+            ("\"2000\"", "\"lo-hi\""),
+            ("\"\"", "\"lo-hi\""),
+            ("\"0-65535\"", "port 0"),
+            ("\"3000-2000\"", "3000 is above 2000"),
+            ("\"1024-65536\"", "above 65535"),
+            ("\"1024-99999999999\"", "above 65535"),
+            ("\"a-b\"", "not a port number"),
+            ("\"1024-\"", "not a port number"),
+            ("\"1024 - 2048\"", "not a port number"),
+            ("\"1024-2048-4096\"", "not a port number"),
+            ("\"-1-5\"", "not a port number"),
+            ("1024", "expected a string"),
+        ] {
+            let m = key_error(&with_pool(&format!("{base}ports = {ports}")), "pool.ports");
+            assert!(m.contains(why), "{ports}: {m}");
+        }
+    }
+
+    // ---- errors: nat ----
+
+    #[test]
+    fn nat_block_size() {
+        for (v, why) in [
+            ("255", "even"),
+            ("0", "between 2 and 65535"),
+            ("-2", "between 2 and 65535"),
+            ("65536", "between 2 and 65535"),
+            ("\"256\"", "expected an integer, found string \"256\""),
+            ("256.0", "expected an integer, found float"),
+            ("65534", "larger than the 64512 ports"),
+        ] {
+            let m = key_error(&with(&format!("[nat]\nblock_size = {v}\n")), "nat.block_size");
+            assert!(m.contains(why), "{v}: {m}");
+        }
+        // The block may span the whole range, but not more.
+        let pool = "addresses = [\"203.0.113.1\"]\nports = \"1000-1099\"\n[nat]\nblock_size";
+        ok(&with_pool(&format!("{pool} = 100")));
+        key_error(&with_pool(&format!("{pool} = 102")), "nat.block_size");
+    }
+
+    #[test]
+    fn nat_default_block_size_too_large_for_ports() {
+        let m =
+            key_error(&with_pool("addresses = [\"203.0.113.1\"]\nports = \"1000-1099\""), "nat.block_size");
+        assert!(m.contains("the default 256") && m.contains("100 ports"), "{m}");
+    }
+
+    #[test]
+    fn nat_max_blocks_per_subscriber() {
+        ok(&with("[nat]\nmax_blocks_per_subscriber = 1\n"));
+        for v in ["0", "33", "-1", "true"] {
+            key_error(
+                &with(&format!("[nat]\nmax_blocks_per_subscriber = {v}\n")),
+                "nat.max_blocks_per_subscriber",
+            );
+        }
+    }
+
+    #[test]
+    fn nat_booleans_must_be_booleans() {
+        for k in ["port_parity", "hairpinning"] {
+            for v in ["\"yes\"", "1", "\"true\""] {
+                let m = key_error(&with(&format!("[nat]\n{k} = {v}\n")), &format!("nat.{k}"));
+                assert!(m.contains("expected a boolean"), "{m}");
+            }
+        }
+    }
+
+    #[test]
+    fn nat_filtering() {
+        let m = key_error(&with("[nat]\nfiltering = \"full-cone\"\n"), "nat.filtering");
+        assert!(m.contains("\"endpoint-independent\"") && m.contains("\"full-cone\""), "{m}");
+        key_error(&with("[nat]\nfiltering = \"endpoint_independent\"\n"), "nat.filtering");
+        key_error(&with("[nat]\nfiltering = 1\n"), "nat.filtering");
+    }
+
+    #[test]
+    fn nat_max_new_mappings_per_sec() {
+        let c = ok(&with("[nat]\nmax_new_mappings_per_sec = 4294967295\n"));
+        assert_eq!(c.nat.max_new_mappings_per_sec, u32::MAX);
+        for v in ["-1", "4294967296", "\"100\"", "1.5"] {
+            key_error(
+                &with(&format!("[nat]\nmax_new_mappings_per_sec = {v}\n")),
+                "nat.max_new_mappings_per_sec",
+            );
+        }
+    }
+
+    // ---- timeouts ----
+
+    const TIMEOUT_KEYS: [&str; 5] = ["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"];
+
+    #[test]
+    fn timeouts_accept_strings_and_integer_seconds() {
+        let c = ok(&with("[timeouts]\nudp = 300\nicmp = \"1m\"\ntcp_established = \"3h\"\n"));
+        assert_eq!(c.timeouts.udp, secs(300));
+        assert_eq!(c.timeouts.icmp, secs(60));
+        assert_eq!(c.timeouts.tcp_established, secs(3 * 3600));
+        assert!(c.warnings.is_empty());
+        // 30 days is the inclusive maximum.
+        assert_eq!(ok(&with("[timeouts]\nudp = \"30d\"\n")).timeouts.udp, secs(30 * 86400));
+    }
+
+    #[test]
+    fn timeouts_errors() {
+        for k in TIMEOUT_KEYS {
+            let key = format!("timeouts.{k}");
+            for (v, why) in [
+                ("\"0s\"", "zero"),
+                ("0", "zero"),
+                ("\"31d\"", "exceeds the maximum of 30d"),
+                ("2592001", "exceeds the maximum"),
+                ("\"5x\"", "unknown unit"),
+                ("\"\"", "empty"),
+                ("\"-5m\"", "negative"),
+                ("-5", "negative"),
+                ("true", "expected a duration"),
+                ("1.5", "expected a duration"),
+            ] {
+                let m = key_error(&with(&format!("[timeouts]\n{k} = {v}\n")), &key);
+                assert!(m.contains(why), "{key} = {v}: {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn timeouts_below_rfc_minimum_warn() {
+        let c = ok(&with(
+            "[timeouts]\nudp = \"1m\"\ntcp_established = \"2h\"\ntcp_transitory = \"3m59s\"\nicmp = \"30s\"\nport_hold_down = 10\n",
+        ));
+        assert_eq!(c.timeouts.udp, secs(60));
+        assert_eq!(c.timeouts.port_hold_down, secs(10));
+        assert_eq!(
+            c.warnings,
+            [
+                "timeouts.udp = 1m is below the RFC 4787 REQ-5 minimum of 2m",
+                "timeouts.tcp_established = 2h is below the RFC 5382 REQ-5 minimum of 2h4m",
+                "timeouts.tcp_transitory = 3m59s is below the RFC 5382 REQ-5 minimum of 4m",
+                "timeouts.icmp = 30s is below the RFC 5508 REQ-2 minimum of 1m",
+                "timeouts.port_hold_down = 10s is below the RFC 6888 REQ-8 minimum of 2m",
+            ]
+        );
+    }
+
+    #[test]
+    fn timeouts_at_rfc_minimum_do_not_warn() {
+        let c = ok(&with(
+            "[timeouts]\nudp = \"2m\"\ntcp_established = \"2h4m\"\ntcp_transitory = \"4m\"\nicmp = \"60s\"\nport_hold_down = \"120s\"\n",
+        ));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    // ---- limits ----
+
+    #[test]
+    fn limits_errors() {
+        for k in ["max_subscribers", "max_mappings", "max_sessions"] {
+            let key = format!("limits.{k}");
+            assert!(ok(&with(&format!("[limits]\n{k} = 100000000\n"))).warnings.is_empty());
+            for (v, why) in [
+                ("0", "between 1 and 100000000"),
+                ("100000001", "between 1 and 100000000"),
+                ("-1", "between 1"),
+                ("\"1000\"", "expected an integer"),
+                ("1e6", "expected an integer"),
+            ] {
+                let m = key_error(&with(&format!("[limits]\n{k} = {v}\n")), &key);
+                assert!(m.contains(why), "{key} = {v}: {m}");
+            }
+        }
+    }
+
+    // ---- daemon ----
+
+    #[test]
+    fn daemon_pin_path() {
+        let m = key_error(&with("[daemon]\npin_path = \"bpf/natrix\"\n"), "daemon.pin_path");
+        assert!(m.contains("absolute"), "{m}");
+        key_error(&with("[daemon]\npin_path = \"\"\n"), "daemon.pin_path");
+        let m = key_error(&with("[daemon]\npin_path = 1\n"), "daemon.pin_path");
+        assert!(m.contains("expected a string"), "{m}");
+    }
+
+    #[test]
+    fn daemon_sweep_interval() {
+        assert_eq!(
+            ok(&with("[daemon]\nsweep_interval = \"100ms\"\n")).daemon.sweep_interval,
+            Duration::from_millis(100)
+        );
+        assert_eq!(ok(&with("[daemon]\nsweep_interval = 60\n")).daemon.sweep_interval, secs(60));
+        for (v, why) in [
+            ("\"99ms\"", "between 100ms and 1m, found 99ms"),
+            ("\"0s\"", "found 0s"),
+            ("\"60s1ms\"", "found 1m1ms"),
+            ("61", "found 1m1s"),
+            ("\"1 s\"", "unexpected character"),
+            ("-1", "negative"),
+            ("false", "expected a duration"),
+        ] {
+            let m = key_error(&with(&format!("[daemon]\nsweep_interval = {v}\n")), "daemon.sweep_interval");
+            assert!(m.contains(why), "{v}: {m}");
+        }
+    }
+
+    // ---- load ----
+
+    #[test]
+    fn load_reads_file_and_reports_io_errors() {
+        let dir = std::env::temp_dir().join(format!("natrix-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("natrix.toml");
+        std::fs::write(&path, EXAMPLE).unwrap();
+        let loaded = Config::load(&path);
+        let missing = Config::load(&dir.join("missing.toml"));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        assert_eq!(loaded.unwrap(), ok(EXAMPLE));
+        match missing {
+            Err(e @ ConfigError::Io { .. }) => assert!(e.to_string().contains("missing.toml"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn first_error_wins_and_nothing_is_partial() {
+        // Errors in several sections: the earliest section is reported, and
+        // the result carries no partially built config by construction.
+        let doc = with("[nat]\nblock_size = 3\n[timeouts]\nudp = 0\n");
+        key_error(&doc, "nat.block_size");
+    }
+}
