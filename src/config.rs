@@ -21,11 +21,13 @@ const MAX_IFNAME_LEN: usize = 15;
 /// Two full lists exactly fill the data plane's interface table
 /// (NX_MAX_IFACES = 64 in bpf/nx_types.h).
 const MAX_INTERFACES: usize = 32;
-/// NX_MAX_POOL_ADDRS in bpf/nx_types.h: the pool index must fit 16 bits.
-/// Prefixes shorter than /16 could never fit, so they are rejected by length
-/// before any counting.
-const MAX_POOL_ADDRESSES: u64 = 1 << 16;
-const MIN_POOL_PREFIX_LEN: u8 = 16;
+/// The outside-port table is direct-indexed: 3 protocols x 65536 ports x 8 bytes
+/// = 1.5 MiB of kernel memory per pool address, allocated up front (see
+/// docs/ARCHITECTURE.md). 4096 addresses (6 GiB) is the most one gateway is
+/// sized for; prefixes shorter than /20 could never fit, so they are rejected by
+/// length before any counting.
+const MAX_POOL_ADDRESSES: u64 = 1 << 12;
+const MIN_POOL_PREFIX_LEN: u8 = 20;
 /// A longer idle timeout is almost certainly a unit mistake, and would keep
 /// mappings, and the ports they hold, allocated effectively forever.
 const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 86_400);
@@ -1256,9 +1258,9 @@ sweep_interval = "250ms"
             ("203.0.113.0/", "not a number"),
             ("203.0.113.0/+24", "not a number"),
             ("203.0.113.0/x", "not a number"),
-            ("203.0.0.0/15", "between /16 and /32"),
-            ("203.0.113.0/33", "between /16 and /32"),
-            ("203.0.113.0/999", "between /16 and /32"),
+            ("203.0.0.0/19", "between /20 and /32"),
+            ("203.0.113.0/33", "between /20 and /32"),
+            ("203.0.113.0/999", "between /20 and /32"),
         ] {
             let m = key_error(
                 &with_pool(&format!("addresses = [\"203.0.114.1\", \"{entry}\"]")),
@@ -1278,10 +1280,10 @@ sweep_interval = "250ms"
     fn pool_prefix_includes_network_and_broadcast() {
         let c = ok(&with_pool("addresses = [\"203.0.113.0/30\"]"));
         assert_eq!(c.pool.addresses, (0..4).map(|h| Ipv4Addr::new(203, 0, 113, h)).collect::<Vec<_>>());
-        let c = ok(&with_pool("addresses = [\"10.0.0.0/16\"]"));
-        assert_eq!(c.pool.addresses.len(), 65536);
+        let c = ok(&with_pool("addresses = [\"10.0.0.0/20\"]"));
+        assert_eq!(c.pool.addresses.len(), 4096);
         assert_eq!(c.pool.addresses[0], Ipv4Addr::new(10, 0, 0, 0));
-        assert_eq!(c.pool.addresses[65535], Ipv4Addr::new(10, 0, 255, 255));
+        assert_eq!(c.pool.addresses[4095], Ipv4Addr::new(10, 0, 15, 255));
     }
 
     #[test]
@@ -1302,10 +1304,10 @@ sweep_interval = "250ms"
     fn pool_reserved_ranges() {
         for (entry, why) in [
             ("0.0.0.0", "0.0.0.0/8"),
-            ("0.1.0.0/16", "0.0.0.0/8"),
+            ("0.1.0.0/20", "0.0.0.0/8"),
             ("127.0.0.1", "loopback"),
             ("224.0.0.1", "multicast"),
-            ("239.255.0.0/16", "multicast"),
+            ("239.255.0.0/20", "multicast"),
             ("240.0.0.1", "240.0.0.0/4"),
             ("255.255.255.255", "limited broadcast"),
         ] {
@@ -1334,7 +1336,7 @@ sweep_interval = "250ms"
         assert!(m.contains("pool.addresses[0]"), "{m}");
         // Overlap hidden behind a wide earlier prefix is still found.
         let m = key_error(
-            &with_pool("addresses = [\"10.0.0.0/16\", \"10.0.1.0/24\", \"10.0.200.1\"]"),
+            &with_pool("addresses = [\"10.0.0.0/20\", \"10.0.1.0/24\", \"10.0.200.1\"]"),
             "pool.addresses[1]",
         );
         assert!(m.contains("pool.addresses[0]"), "{m}");
@@ -1344,8 +1346,8 @@ sweep_interval = "250ms"
 
     #[test]
     fn pool_size_limit() {
-        let m = key_error(&with_pool("addresses = [\"10.0.0.0/16\", \"10.1.0.0\"]"), "pool.addresses");
-        assert!(m.contains("65537") && m.contains("65536"), "{m}");
+        let m = key_error(&with_pool("addresses = [\"10.0.0.0/20\", \"10.1.0.0\"]"), "pool.addresses");
+        assert!(m.contains("4097") && m.contains("4096"), "{m}");
     }
 
     #[test]

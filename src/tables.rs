@@ -401,9 +401,11 @@ mod tests {
 
     #[test]
     fn ticks_round_trip() {
-        // one minute ahead is 60 s, whatever the wrap-around of the tick counter
-        let ticks = (60u64 * 1_000_000_000 >> TICK_SHIFT) as u32;
+        // a minute ahead reads as a minute (less the tick's rounding), across the
+        // wrap-around of the tick counter too; the past reads negative
+        let ticks = ((60u64 * 1_000_000_000) >> TICK_SHIFT) as u32;
         assert_eq!(ticks_to_secs(5u32.wrapping_add(ticks), 5), 59);
-        assert_eq!(ticks_to_secs(u32::MAX.wrapping_add(ticks + 64), u32::MAX), 60);
+        assert_eq!(ticks_to_secs(u32::MAX.wrapping_add(ticks), u32::MAX), 59);
+        assert_eq!(ticks_to_secs(5, 5u32.wrapping_add(ticks + 1)), -60);
     }
 }

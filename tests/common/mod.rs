@@ -1,0 +1,6 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! Test support shared by the integration tests.
+#![allow(dead_code)]
+
+pub mod netns;
+pub mod pkt;
