@@ -42,5 +42,7 @@ struct nx_map nx_btf_map SEC(".bss");
 struct nx_sess_key nx_btf_sess_key SEC(".bss");
 struct nx_sess nx_btf_sess SEC(".bss");
 struct nx_reap_args nx_btf_reap SEC(".bss");
+struct nx_iface nx_btf_iface SEC(".bss");
+struct nx_lpm_key nx_btf_lpm_key SEC(".bss");
 enum nx_stat nx_btf_stat SEC(".bss");
 enum nx_tcp_state nx_btf_tcp_state SEC(".bss");

@@ -206,7 +206,7 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 
 	if (!w || !bs)
 		return;
-	if (__sync_val_compare_and_swap(w, word, 0) == word)
+	if (__sync_val_compare_and_swap(w, word, 0) == word && out_port_h >= cfg->port_lo)
 		nx_block_unreserve(addr_idx * bpa + (out_port_h - cfg->port_lo) / bs);
 }
 
@@ -347,6 +347,7 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 	 * through the normal path, which reserves again. */
 	fresh->blocks[0] = (__u32)gid + 1;
 	fresh->rate_tokens = cfg->max_new_per_sec;
+	fresh->rate_ts = bpf_ktime_get_coarse_ns();
 	nx_block_unreserve(gid);
 	err = bpf_map_update_elem(&nx_subs, &sip, fresh, BPF_NOEXIST);
 	if (err) {
@@ -364,6 +365,57 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 	return bpf_map_lookup_elem(&nx_subs, &sip);
 }
 
+/* Port class (RFC 4787 REQ-3): an inside port below 1024 gets an outside port below 1024.
+ * Ports 1-1023 of every pool address are kept out of the block system for this (the
+ * config refuses a pool.ports range reaching below 1024 while port_class is on); claimed
+ * straight from the subscriber's address, with the same compare-and-swap. */
+static __always_inline int nx_alloc_low_port(struct nx_config *cfg, struct nx_sub *sub, __u32 sip,
+					     __u32 pidx, __u16 in_port_h)
+{
+	struct nx_pscan s;
+
+	s.base = nx_port_index(sub->addr_idx, pidx, 1); /* offset k is port 1 + k */
+	s.half = 511; /* ports 1..1022 in pairs; 1023 is left unused */
+	s.start = bpf_get_prandom_u32() % s.half;
+	s.word = nx_port_word(sip, in_port_h);
+	s.found = -1;
+	/* offset parity p gives ports of parity !p */
+	s.par = (cfg->flags & NX_CF_PORT_PARITY) && pidx != NX_P_ICMP ? !(in_port_h & 1) :
+									 bpf_get_prandom_u32() & 1;
+	bpf_loop(s.half, nx_pscan_cb, &s, 0);
+	if (s.found < 0) {
+		s.par ^= 1;
+		bpf_loop(s.half, nx_pscan_cb, &s, 0);
+	}
+	if (s.found < 0)
+		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
+	return 1 + s.found;
+}
+
+/* Per-subscriber limit on the rate of new mappings (RFC 6888 REQ-5): a token bucket of
+ * max_new_per_sec tokens refilled continuously. Plain stores: two CPUs racing may both
+ * take the last token, a bounded overshoot that keeps the fast path lock-free. */
+static __always_inline int nx_rate_ok(struct nx_config *cfg, struct nx_sub *sub)
+{
+	__u32 rate = cfg->max_new_per_sec;
+	__u64 now, add;
+
+	if (!rate)
+		return 1;
+	now = bpf_ktime_get_coarse_ns();
+	add = (now - sub->rate_ts) * rate / 1000000000ULL;
+	if (add) {
+		__u64 t = sub->rate_tokens + add;
+
+		sub->rate_tokens = t > rate ? rate : (__u32)t;
+		sub->rate_ts = now;
+	}
+	if (!sub->rate_tokens)
+		return 0;
+	sub->rate_tokens--;
+	return 1;
+}
+
 /* The allocator's entry point. A global function: the verifier checks it once, on its own,
  * instead of once per path through the caller, and its scalar-only interface keeps it
  * honest. Returns (pool index << 16) | outside port, or minus a drop reason. */
@@ -379,7 +431,12 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
 	sub = nx_subscriber(cfg, sip, &reason);
 	if (!sub)
 		return -reason;
-	port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+	if (!nx_rate_ok(cfg, sub))
+		return -NX_DROP_RATE_LIMITED;
+	if ((cfg->flags & NX_CF_PORT_CLASS) && in_port_h > 0 && in_port_h < 1024 && pidx != NX_P_ICMP)
+		port = nx_alloc_low_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+	else
+		port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);
 	if (port < 0)
 		return port;
 	return ((long)sub->addr_idx << 16) | (__u16)port;

@@ -10,7 +10,8 @@
 #include "nx_parse.h"
 #include "nx_stats.h"
 
-static __always_inline int nx_fib(struct xdp_md *ctx, struct iphdr *ip, struct bpf_fib_lookup *fib)
+static __always_inline void nx_fib_params(struct xdp_md *ctx, struct iphdr *ip,
+					  struct bpf_fib_lookup *fib)
 {
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->family = AF_INET;
@@ -20,14 +21,19 @@ static __always_inline int nx_fib(struct xdp_md *ctx, struct iphdr *ip, struct b
 	fib->ipv4_src = ip->saddr;
 	fib->ipv4_dst = ip->daddr;
 	fib->ifindex = ctx->ingress_ifindex;
+}
+
+static __always_inline int nx_fib(struct xdp_md *ctx, struct iphdr *ip, struct bpf_fib_lookup *fib)
+{
+	nx_fib_params(ctx, ip, fib);
 	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 }
 
 static __always_inline __u32 nx_iface_role(__u32 ifindex)
 {
-	__u32 *role = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
+	struct nx_iface *i = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 
-	return role ? *role : NX_ROLE_NONE;
+	return i ? i->role : NX_ROLE_NONE;
 }
 
 /* Decrement TTL (the caller checked it is > 1), set the MACs the FIB gave, redirect. */

@@ -32,13 +32,35 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } nx_pool_idx SEC(".maps");
 
-/* ifindex -> enum nx_iface_role, for every interface natrix is attached to. */
+/* ifindex -> role and address, for every interface natrix is attached to. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, NX_MAX_IFACES);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct nx_iface);
 } nx_ifaces SEC(".maps");
+
+/* Destination prefixes forwarded without translation (RFC 6888 REQ-6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct nx_lpm_key);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} nx_excl SEC(".maps");
+
+/* Per-CPU token bucket for the ICMP errors natrix generates. */
+struct nx_icmp_bucket {
+	__u64 ts; /* ns of the last refill */
+	__u64 tokens;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_icmp_bucket);
+} nx_icmp_rl SEC(".maps");
 
 /* ifindex -> ifindex: redirect targets (bpf_redirect_map bulk-flushes per NAPI poll). */
 struct {

@@ -6,6 +6,7 @@
 #include "nx_alloc.h"
 #include "nx_csum.h"
 #include "nx_fwd.h"
+#include "nx_icmp.h"
 #include "nx_parse.h"
 #include "nx_session.h"
 #include "nx_stats.h"
@@ -101,6 +102,43 @@ static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struc
 
 /* ---- one direction each ---- */
 
+/* Address-dependent filtering (RFC 4787 REQ-8): remember that this inside endpoint sent to
+ * this remote address, whatever the port, for as long as its longest session to it lives.
+ * The record is a session entry with remote port 0 and NX_SF_PERMIT: no port 0 session can
+ * exist for TCP or UDP, and it does not hold the mapping. */
+static __always_inline void nx_permit_address(struct nx_sess_key *sk, __u32 expire)
+{
+	struct nx_sess_key pk = *sk;
+	struct nx_sess fresh = {};
+	struct nx_sess *ps;
+
+	pk.rem_port = 0;
+	ps = bpf_map_lookup_elem(&nx_sess, &pk);
+	if (ps) {
+		if ((__s32)(expire - ps->expire) > NX_REFRESH_SLACK)
+			ps->expire = expire;
+		return;
+	}
+	fresh.expire = expire;
+	fresh.flags = NX_SF_PERMIT;
+	bpf_map_update_elem(&nx_sess, &pk, &fresh, BPF_NOEXIST);
+}
+
+/* Whether filtering lets an inbound packet without a session of its own in. */
+static __always_inline int nx_filter_allows(struct nx_config *cfg, struct nx_map *m,
+					    struct nx_sess_key *sk)
+{
+	struct nx_sess_key pk;
+
+	if (cfg->filtering == NX_FILTER_EIF || (m->flags & NX_MF_STATIC))
+		return 1; /* a static forward is open to anyone, whatever the mode */
+	if (cfg->filtering != NX_FILTER_ADF || sk->proto == IPPROTO_ICMP)
+		return 0;
+	pk = *sk;
+	pk.rem_port = 0;
+	return bpf_map_lookup_elem(&nx_sess, &pk) != 0;
+}
+
 /* Inside -> outside: find or create the mapping and session, rewrite the source.
  * Returns -1 on success, or a drop reason. */
 static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p, __u32 now)
@@ -140,6 +178,8 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 		if (!s)
 			return NX_DROP_TABLE_FULL;
 	}
+	if (cfg->filtering == NX_FILTER_ADF && p->proto != IPPROTO_ICMP)
+		nx_permit_address(&sk, s->expire);
 	nx_rewrite(p, NX_DIR_OUT, m->out_ip, m->out_port);
 	nx_count(NX_STAT_XLATE_OUT);
 	return -1;
@@ -147,9 +187,10 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 
 /* Outside -> inside, for a destination that is a pool address (pool index addr_idx):
  * the outside port array names the inside endpoint, the mapping confirms it, the filter
- * decides. Returns -1 on success, or a drop reason. */
-static __always_inline int nx_xlate_in(struct nx_config *cfg, struct nx_pkt *p, __u32 addr_idx,
-				       __u32 now)
+ * decides, the session is found or created. The packet is not rewritten yet: *in_ip and
+ * *in_port say what to rewrite to. Returns -1 on success, or a drop reason. */
+static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_pkt *p, __u32 addr_idx,
+					      __u32 now, __u32 *in_ip, __u16 *in_port)
 {
 	__u32 pidx = nx_proto_idx(p->proto);
 	__be16 out_port = p->proto == IPPROTO_ICMP ? *p->sport : *p->dport;
@@ -179,16 +220,33 @@ static __always_inline int nx_xlate_in(struct nx_config *cfg, struct nx_pkt *p, 
 	sk.rem_port = p->proto == IPPROTO_ICMP ? 0 : *p->sport;
 	sk.proto = p->proto;
 	s = bpf_map_lookup_elem(&nx_sess, &sk);
-	if (s) {
+	if (s && !(s->flags & NX_SF_PERMIT)) {
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_IN, now);
 	} else {
-		if (cfg->filtering != NX_FILTER_EIF)
+		/* Unsolicited: endpoint-independent filtering (or a static forward) opens a
+		 * session; otherwise dropped without a word back (RFC 5382 REQ-4: never a RST,
+		 * and nothing at all for an unsolicited SYN). */
+		if (!nx_filter_allows(cfg, m, &sk))
 			return NX_DROP_FILTERED;
 		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now);
 		if (!s)
 			return NX_DROP_TABLE_FULL;
 	}
-	nx_rewrite(p, NX_DIR_IN, mk.in_ip, mk.in_port);
+	*in_ip = mk.in_ip;
+	*in_port = mk.in_port;
+	return -1;
+}
+
+static __always_inline int nx_xlate_in(struct nx_config *cfg, struct nx_pkt *p, __u32 addr_idx,
+				       __u32 now)
+{
+	__u32 in_ip;
+	__u16 in_port;
+	int rc = nx_xlate_in_lookup(cfg, p, addr_idx, now, &in_ip, &in_port);
+
+	if (rc >= 0)
+		return rc;
+	nx_rewrite(p, NX_DIR_IN, in_ip, in_port);
 	nx_count(NX_STAT_XLATE_IN);
 	return -1;
 }
@@ -199,6 +257,26 @@ static __always_inline int nx_icmp_is_query(struct nx_pkt *p)
 	__u8 type = ((struct icmphdr *)p->l4)->type;
 
 	return type == ICMP_ECHO || type == ICMP_ECHOREPLY;
+}
+
+/* The drop reasons that mean "no session could be created for you": the subscriber is
+ * told with ICMP destination unreachable, administratively prohibited (RFC 5508 REQ-8,
+ * RFC 6888 REQ-11), rate-limited; nothing existing is touched. */
+static __always_inline int nx_refuse(struct xdp_md *ctx, int reason)
+{
+	struct nx_iface *ifc;
+	__u32 ifindex = ctx->ingress_ifindex;
+
+	nx_count(reason);
+	if (reason != NX_DROP_QUOTA_EXCEEDED && reason != NX_DROP_POOL_EXHAUSTED &&
+	    reason != NX_DROP_RATE_LIMITED && reason != NX_DROP_TABLE_FULL)
+		return XDP_DROP;
+	ifc = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
+	if (!ifc)
+		return XDP_DROP;
+	if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_PKT_FILTERED), 0, ifc->addr) == XDP_TX)
+		return XDP_TX;
+	return XDP_DROP;
 }
 
 static __always_inline int nx_parse_verdict(int rc)
@@ -220,6 +298,33 @@ static __always_inline int nx_parse_verdict(int rc)
 }
 
 /* ---- the two paths ---- */
+
+/* Forward whatever is at ctx now (after an ICMP error was translated in place). */
+static __always_inline int nx_forward_ctx(struct xdp_md *ctx)
+{
+	struct nx_scratch *scr = nx_scratch_get();
+	struct nx_pkt p = {};
+
+	if (!scr || nx_parse_eth(ctx, &p) != NX_PARSE_OK || nx_parse_ip(&p) != NX_PARSE_OK)
+		return nx_drop(NX_DROP_INTERNAL);
+	return nx_finish(ctx, &p, &scr->fib);
+}
+
+/* An ICMP error from a subscriber: translated outbound; if it is addressed to a pool
+ * address (an error about a hairpinned packet, RFC 5508 REQ-7), translated inbound too. */
+static __always_inline int nx_error_out(struct xdp_md *ctx, int hairpin, int fib_rc)
+{
+	int rc = nx_icmp_error_out(ctx);
+
+	if (rc >= 0)
+		return nx_drop(rc);
+	if (hairpin) {
+		rc = nx_icmp_error_in(ctx);
+		if (rc >= 0)
+			return nx_drop(rc);
+	}
+	return nx_forward_ctx(ctx);
+}
 
 /* Ingress on an inside interface. */
 static __always_inline int nx_path_inside(struct xdp_md *ctx)
@@ -245,9 +350,21 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		return nx_drop(NX_DROP_INTERNAL);
 	fib = &scr->fib;
 
-	/* To a pool address: hairpinning, translated both ways without leaving the box. The
-	 * key is copied to the stack: clang 14 mis-spills a packet pointer used as a map key. */
+	/* The key is copied to the stack: clang 14 mis-spills a packet pointer used as a map
+	 * key. */
 	dst = p.ip->daddr;
+	/* Excluded destinations (RFC 6888 REQ-6) are routed as they are. */
+	{
+		struct nx_lpm_key ek = { .prefixlen = 32, .addr = dst };
+
+		if (bpf_map_lookup_elem(&nx_excl, &ek)) {
+			nx_count(NX_STAT_PASS_EXCLUDED);
+			if (p.ip->ttl <= 1 || nx_fib(ctx, p.ip, fib) != BPF_FIB_LKUP_RET_SUCCESS)
+				return XDP_PASS;
+			return nx_redirect(&p, fib);
+		}
+	}
+	/* To a pool address: hairpinning, translated both ways without leaving the box. */
 	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
 	if (!pool_idx) {
 		fib_rc = nx_fib(ctx, p.ip, fib);
@@ -281,13 +398,16 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
 		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
-		return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
+		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
+			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+		return nx_error_out(ctx, pool_idx != 0, fib_rc);
+	}
 
 	now = nx_now_tick();
 	rc = nx_xlate_out(cfg, &p, now);
 	if (rc >= 0)
-		return nx_drop(rc);
+		return nx_refuse(ctx, rc);
 	if (pool_idx) {
 		rc = nx_xlate_in(cfg, &p, *pool_idx, now);
 		if (rc >= 0)
@@ -303,6 +423,9 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 static __always_inline int nx_path_outside(struct xdp_md *ctx)
 {
 	struct nx_scratch *scr = nx_scratch_get();
+	struct bpf_fib_lookup *fib;
+	__u32 in_ip;
+	__u16 in_port;
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
 	__u32 *pool_idx, dst;
@@ -330,20 +453,41 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
 		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
-		return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
+		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
+			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+		rc = nx_icmp_error_in(ctx);
+		if (rc >= 0)
+			return nx_drop(rc);
+		return nx_forward_ctx(ctx);
+	}
 
-	rc = nx_xlate_in(cfg, &p, *pool_idx, nx_now_tick());
+	rc = nx_xlate_in_lookup(cfg, &p, *pool_idx, nx_now_tick(), &in_ip, &in_port);
 	if (rc >= 0)
 		return nx_drop(rc);
-	rc = nx_fib(ctx, p.ip, &scr->fib);
+	/* Route on the inside address before rewriting: a packet too big for the inside link
+	 * with DF set must be answered "fragmentation needed" quoting it as the sender sent it
+	 * (RFC 4787 REQ-13), from the pool address it was sent to. */
+	fib = &scr->fib;
+	nx_fib_params(ctx, p.ip, fib);
+	fib->ipv4_dst = in_ip;
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
+		nx_count(NX_DROP_MTU_EXCEEDED);
+		if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED), fib->mtu_result,
+				 dst) == XDP_TX)
+			return XDP_TX;
+		return XDP_DROP;
+	}
+	nx_rewrite(&p, NX_DIR_IN, in_ip, in_port);
+	nx_count(NX_STAT_XLATE_IN);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
-		return nx_redirect(&p, &scr->fib);
+		return nx_redirect(&p, fib);
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		return nx_pass(NX_STAT_PASS_NO_NEIGH);
 	default:
-		/* translated already: the kernel fragments, or answers for the route */
+		/* translated already: the kernel fragments (DF clear), or answers for the route */
 		return nx_pass(NX_STAT_PASS_FIB_OTHER);
 	}
 }

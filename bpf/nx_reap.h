@@ -73,11 +73,16 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			struct nx_map_key mk = {};
 			struct nx_sess *s = bpf_map_lookup_elem(&nx_sess, &k);
 
+			__u8 permit;
+
 			if (!s || (__s32)(s->expire - now) > 0)
 				continue;
+			permit = s->flags & NX_SF_PERMIT;
 			if (bpf_map_delete_elem(&nx_sess, &k) != 0)
 				continue;
 			a->deleted++;
+			if (permit)
+				continue; /* a filtering record holds no mapping */
 			mk.in_ip = k.in_ip;
 			mk.in_port = k.in_port;
 			mk.proto = k.proto;

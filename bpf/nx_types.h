@@ -35,6 +35,7 @@ enum nx_proto_idx {
 enum nx_config_flags {
 	NX_CF_PORT_PARITY = 1 << 0, /* RFC 4787 REQ-5: even stays even, odd stays odd */
 	NX_CF_HAIRPIN = 1 << 1, /* RFC 4787 REQ-9 */
+	NX_CF_PORT_CLASS = 1 << 2, /* RFC 4787 REQ-3: inside ports < 1024 get ports < 1024 */
 };
 
 /* nx_config.filtering (RFC 4787 section 5) */
@@ -62,8 +63,10 @@ struct nx_config {
 	__u32 addr_hint; /* pool index the daemon picks for the next new subscriber */
 	__u32 hold_down_s; /* port hold-down, seconds (daemon side) */
 	__u32 max_new_per_sec; /* per-subscriber new-mapping rate, 0 = unlimited */
+	__u32 icmp_per_sec; /* ICMP errors natrix itself sends, per CPU; 0 = none */
+	__u32 frag_timeout; /* ticks a fragment record lives */
 };
-nx_static_assert(sizeof(struct nx_config) == 48, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 56, "nx_config layout");
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
@@ -157,6 +160,9 @@ enum nx_tcp_state {
 
 enum nx_sess_flags {
 	NX_SF_INBOUND = 1 << 0, /* created by an inbound packet */
+	/* Not a connection: address-dependent filtering's "this inside endpoint has sent to
+	 * this remote address", keyed with remote port 0. Does not hold its mapping. */
+	NX_SF_PERMIT = 1 << 1,
 };
 
 /* ---- Interfaces (map nx_ifaces, hash by ifindex) ------------------------------------- */
@@ -164,6 +170,18 @@ enum nx_iface_role {
 	NX_ROLE_NONE = 0,
 	NX_ROLE_INSIDE = 1,
 	NX_ROLE_OUTSIDE = 2,
+};
+
+struct nx_iface {
+	__u32 role; /* enum nx_iface_role */
+	__u32 addr; /* the interface's IPv4 address (network order): source of the ICMP
+		     * errors natrix sends to subscribers; 0 if it has none */
+};
+
+/* ---- Exclusions (map nx_excl, LPM trie): destinations forwarded untranslated -------- */
+struct nx_lpm_key {
+	__u32 prefixlen;
+	__u32 addr; /* network order */
 };
 
 /* ---- Reaper (the syscall program nx_reap, run by the daemon) -------------------------
@@ -209,6 +227,11 @@ enum nx_stat {
 	NX_STAT_SUB_CREATED,
 	NX_STAT_BLOCK_ALLOC,
 	NX_STAT_ALLOC_RETRY, /* a compare-and-swap lost to another CPU */
+	NX_STAT_PASS_EXCLUDED, /* destination in an [[exclude]] prefix: forwarded as is */
+	NX_STAT_ICMP_ERR_IN, /* ICMP errors translated outside -> inside */
+	NX_STAT_ICMP_ERR_OUT, /* ICMP errors translated inside -> outside */
+	NX_STAT_ICMP_SENT, /* ICMP errors natrix generated (3/4, 3/13) */
+	NX_STAT_ICMP_SUPPRESSED, /* ... not sent: rate limit */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */
@@ -226,6 +249,9 @@ enum nx_stat {
 	NX_DROP_HAIRPIN_DISABLED,
 	NX_DROP_TCP_NO_SYN, /* first TCP packet of a flow is not a SYN (outbound) */
 	NX_DROP_REDIRECT_FAILED,
+	NX_DROP_ICMP_BAD_CHECKSUM, /* ICMP error with a bad ICMP or embedded IP checksum */
+	NX_DROP_ICMP_MALFORMED, /* ICMP error whose embedded packet is truncated or not IPv4 */
+	NX_DROP_MTU_EXCEEDED, /* too big with DF set (the sender got fragmentation needed) */
 	NX_DROP_INTERNAL, /* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };

@@ -9,11 +9,13 @@
 //! Parsing is a pure function from text to [`Config`]. The daemon either gets
 //! a fully validated configuration or an error, never a half-applied one.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ipnet::Ipv4Net;
 use toml::{Table, Value};
 
 /// Linux IFNAMSIZ is 16 including the terminating NUL.
@@ -38,16 +40,46 @@ const MAX_LIMIT: i64 = 100_000_000;
 /// less often than this makes expiry visibly late relative to the timeouts.
 const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// Each `[[exclude]]` prefix is an entry in a data-plane LPM trie that is
+/// looked up for every outbound packet; `[[forward]]` entries are static
+/// mappings preinstalled in the mapping tables.
+const MAX_EXCLUDES: usize = 1024;
+const MAX_FORWARDS: usize = 4096;
+/// Ports 1-1023 stay in their own class when `nat.port_class` is on (RFC 4787
+/// REQ-3), so the dynamic range must begin at or above this.
+const FIRST_NON_PRIVILEGED_PORT: u16 = 1024;
+const MAX_ICMP_ERRORS_PER_SEC: i64 = 100_000;
+/// RFC 4787 REQ-14: fragment state is a bounded resource. Shorter than this
+/// and fragments of one datagram that merely arrive spread out are dropped;
+/// longer and a burst of lone first fragments pins the table.
+const MIN_FRAGMENT_TIMEOUT: Duration = Duration::from_millis(100);
+const MAX_FRAGMENT_TIMEOUT: Duration = Duration::from_secs(60);
+const MIN_FRAGMENTS_TRACKED: i64 = 16;
+const MAX_FRAGMENTS_TRACKED: i64 = 10_000_000;
+const MAX_FRAGMENTS_HELD: i64 = 65_536;
+
+/// IP protocol numbers as carried in [`Forward::proto`].
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
 
 /// Top-level tables, in the order they are validated.
-const SECTIONS: &[&str] = &["interfaces", "pool", "nat", "timeouts", "limits", "daemon"];
+const SECTIONS: &[&str] = &["interfaces", "pool", "nat", "fragments", "timeouts", "limits", "daemon"];
+/// Top-level arrays of tables (`[[exclude]]`), each element a table of its
+/// own. They are validated right after `pool`, whose addresses they refer to.
+const TABLE_ARRAYS: &[&str] = &["exclude", "forward"];
 
 /// A fully validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub interfaces: Interfaces,
     pub pool: Pool,
+    /// Destinations forwarded without translation (RFC 6888 REQ-6), in
+    /// configured order. None of them contains a pool address.
+    pub exclude: Vec<Ipv4Net>,
+    /// Static inbound port forwards, in configured order.
+    pub forwards: Vec<Forward>,
     pub nat: Nat,
+    pub fragments: Fragments,
     pub timeouts: Timeouts,
     pub limits: Limits,
     pub daemon: Daemon,
@@ -80,6 +112,18 @@ pub struct Pool {
     pub port_hi: u16,
 }
 
+/// A static port forward: `outside` on a pool address is permanently mapped to
+/// `inside`, in both directions, as an endpoint-independent mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forward {
+    /// IP protocol number: 6 (TCP) or 17 (UDP).
+    pub proto: u8,
+    /// Always one of `pool.addresses`. The port may lie inside or outside
+    /// `pool.ports`; dynamic allocation never hands out a forwarded port.
+    pub outside: SocketAddrV4,
+    pub inside: SocketAddrV4,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Nat {
     pub block_size: u16,
@@ -89,6 +133,12 @@ pub struct Nat {
     pub filtering: Filtering,
     /// 0 means unlimited.
     pub max_new_mappings_per_sec: u32,
+    /// RFC 4787 REQ-3: inside source ports 1-1023 are mapped to outside ports
+    /// 1-1023, and no others are. `pool.ports` then starts at 1024 or above.
+    pub port_class: bool,
+    /// Rate limit for the ICMP errors natrix generates itself ("fragmentation
+    /// needed", "administratively prohibited"); 0 disables them.
+    pub icmp_errors_per_sec: u32,
 }
 
 impl Default for Nat {
@@ -100,6 +150,8 @@ impl Default for Nat {
             hairpinning: true,
             filtering: Filtering::EndpointIndependent,
             max_new_mappings_per_sec: 0,
+            port_class: true,
+            icmp_errors_per_sec: 100,
         }
     }
 }
@@ -112,6 +164,24 @@ pub enum Filtering {
     EndpointIndependent,
     AddressDependent,
     AddressAndPortDependent,
+}
+
+/// Bounds on fragment tracking (RFC 4787 REQ-14). Only the first fragment
+/// carries the ports, so later ones are translated by remembering it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fragments {
+    /// How long a datagram's fragment state lives after its last fragment.
+    pub timeout: Duration,
+    /// Datagrams whose first fragment was seen, tracked at once.
+    pub max_tracked: u32,
+    /// Out-of-order fragments held while waiting for their first fragment.
+    pub max_held: u32,
+}
+
+impl Default for Fragments {
+    fn default() -> Self {
+        Fragments { timeout: Duration::from_secs(2), max_tracked: 16_384, max_held: 256 }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -180,23 +250,31 @@ impl Config {
         // Reject unknown sections before looking inside known ones, so that a
         // misspelt `[timeout]` is reported as such rather than as whatever
         // default-dependent error it would otherwise cause further down.
+        let known: Vec<&str> = SECTIONS.iter().chain(TABLE_ARRAYS).copied().collect();
         for (name, value) in &root {
-            if !SECTIONS.contains(&name.as_str()) {
-                let what = if value.is_table() { "table" } else { "key" };
-                return Err(unknown_key(name.clone(), name, SECTIONS, what));
+            if !known.contains(&name.as_str()) {
+                let what = match value {
+                    Value::Table(_) => "table",
+                    Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_table) => "array of tables",
+                    _ => "key",
+                };
+                return Err(unknown_key(name.clone(), name, &known, what));
             }
         }
 
         let empty = Table::new();
         let mut warnings = Vec::new();
         let interfaces = parse_interfaces(&Section::open(&root, "interfaces", &empty)?)?;
-        let pool = parse_pool(&Section::open(&root, "pool", &empty)?)?;
+        let (pool, pool_entries) = parse_pool(&Section::open(&root, "pool", &empty)?)?;
+        let exclude = parse_exclude(&table_array(&root, "exclude", MAX_EXCLUDES)?, &pool_entries)?;
+        let forwards = parse_forwards(&table_array(&root, "forward", MAX_FORWARDS)?, &pool)?;
         let nat = parse_nat(&Section::open(&root, "nat", &empty)?, &pool)?;
+        let fragments = parse_fragments(&Section::open(&root, "fragments", &empty)?)?;
         let timeouts = parse_timeouts(&Section::open(&root, "timeouts", &empty)?, &mut warnings)?;
         let limits = parse_limits(&Section::open(&root, "limits", &empty)?)?;
         let daemon = parse_daemon(&Section::open(&root, "daemon", &empty)?)?;
 
-        Ok(Config { interfaces, pool, nat, timeouts, limits, daemon, warnings })
+        Ok(Config { interfaces, pool, exclude, forwards, nat, fragments, timeouts, limits, daemon, warnings })
     }
 
     /// Reads and parses the file at `path`.
@@ -343,9 +421,11 @@ fn describe(v: &Value) -> String {
     }
 }
 
-/// One top-level table, with its allowed keys already checked.
+/// One top-level table, or one element of a top-level array of tables, with
+/// its allowed keys already checked. `name` is the path keys are reported
+/// under: `nat`, or `forward[2]` for an array element.
 struct Section<'a> {
-    name: &'static str,
+    name: String,
     table: &'a Table,
 }
 
@@ -356,9 +436,18 @@ impl<'a> Section<'a> {
         let table = match root.get(name) {
             None => empty,
             Some(Value::Table(t)) => t,
+            Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_table) => {
+                return Err(key_err(
+                    name,
+                    format!("expected a table, found an array of tables; write [{name}], not [[{name}]]"),
+                ))
+            }
             Some(v) => return Err(key_err(name, format!("expected a table, found {}", describe(v)))),
         };
-        let allowed = allowed_keys(name);
+        Self::checked(name.to_owned(), table, allowed_keys(name))
+    }
+
+    fn checked(name: String, table: &'a Table, allowed: &[&str]) -> Result<Self, ConfigError> {
         for k in table.keys() {
             if !allowed.contains(&k.as_str()) {
                 return Err(unknown_key(format!("{name}.{k}"), k, allowed, "key"));
@@ -377,6 +466,13 @@ impl<'a> Section<'a> {
 
     fn require(&self, k: &str) -> Result<&'a Value, ConfigError> {
         self.get(k).ok_or_else(|| key_err(self.key(k), "required key is missing"))
+    }
+
+    fn required_str(&self, k: &str) -> Result<&'a str, ConfigError> {
+        match self.require(k)? {
+            Value::String(s) => Ok(s),
+            v => Err(key_err(self.key(k), format!("expected a string, found {}", describe(v)))),
+        }
     }
 
     fn bool(&self, k: &str, default: bool) -> Result<bool, ConfigError> {
@@ -410,7 +506,18 @@ impl<'a> Section<'a> {
     }
 
     fn choice<T: Copy>(&self, k: &str, default: T, choices: &[(&str, T)]) -> Result<T, ConfigError> {
-        let Some(s) = self.str(k)? else { return Ok(default) };
+        match self.str(k)? {
+            None => Ok(default),
+            Some(s) => self.pick(k, s, choices),
+        }
+    }
+
+    fn required_choice<T: Copy>(&self, k: &str, choices: &[(&str, T)]) -> Result<T, ConfigError> {
+        let s = self.required_str(k)?;
+        self.pick(k, s, choices)
+    }
+
+    fn pick<T: Copy>(&self, k: &str, s: &str, choices: &[(&str, T)]) -> Result<T, ConfigError> {
         choices.iter().find(|(name, _)| *name == s).map(|(_, v)| *v).ok_or_else(|| {
             let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
             key_err(self.key(k), format!("expected one of {}, found {s:?}", names.join(", ")))
@@ -431,6 +538,29 @@ impl<'a> Section<'a> {
                 format!(
                     "expected a duration such as \"5m\" or an integer number of seconds, found {}",
                     describe(v)
+                ),
+            )),
+        }
+    }
+
+    /// Duration within `lo..=hi` (inclusive), or `default` when absent.
+    fn duration_in(
+        &self,
+        k: &str,
+        default: Duration,
+        lo: Duration,
+        hi: Duration,
+    ) -> Result<Duration, ConfigError> {
+        match self.duration(k)? {
+            None => Ok(default),
+            Some(v) if (lo..=hi).contains(&v) => Ok(v),
+            Some(v) => Err(key_err(
+                self.key(k),
+                format!(
+                    "must be between {} and {}, found {}",
+                    fmt_duration(lo),
+                    fmt_duration(hi),
+                    fmt_duration(v)
                 ),
             )),
         }
@@ -465,10 +595,49 @@ impl<'a> Section<'a> {
     }
 }
 
+/// The elements of the top-level array of tables `name` (`[[exclude]]`), each
+/// opened as a section named by its index (`exclude[0]`). Absent means none.
+fn table_array<'a>(root: &'a Table, name: &'static str, max: usize) -> Result<Vec<Section<'a>>, ConfigError> {
+    let arr = match root.get(name) {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(Value::Table(_)) => {
+            return Err(key_err(
+                name,
+                format!("expected an array of tables, found a single table; write each entry as [[{name}]], not [{name}]"),
+            ))
+        }
+        Some(v) => {
+            return Err(key_err(
+                name,
+                format!("expected an array of tables, one [[{name}]] header per entry, found {}", describe(v)),
+            ))
+        }
+    };
+    if arr.len() > max {
+        return Err(key_err(name, format!("at most {max} entries are supported, found {}", arr.len())));
+    }
+    arr.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let elem = format!("{name}[{i}]");
+            match v {
+                Value::Table(t) => Section::checked(elem, t, allowed_keys(name)),
+                v => Err(key_err(
+                    elem,
+                    format!("expected a table (one [[{name}]] header per entry), found {}", describe(v)),
+                )),
+            }
+        })
+        .collect()
+}
+
 fn allowed_keys(section: &str) -> &'static [&'static str] {
     match section {
         "interfaces" => &["inside", "outside", "xdp_mode"],
         "pool" => &["addresses", "ports"],
+        "exclude" => &["prefix"],
+        "forward" => &["proto", "outside", "inside"],
         "nat" => &[
             "block_size",
             "max_blocks_per_subscriber",
@@ -476,7 +645,10 @@ fn allowed_keys(section: &str) -> &'static [&'static str] {
             "hairpinning",
             "filtering",
             "max_new_mappings_per_sec",
+            "port_class",
+            "icmp_errors_per_sec",
         ],
+        "fragments" => &["timeout", "max_tracked", "max_held"],
         "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
         "limits" => &["max_subscribers", "max_mappings", "max_sessions"],
         "daemon" => &["pin_path", "sweep_interval"],
@@ -563,7 +735,9 @@ const RESERVED_RANGES: &[(u32, u32, &str)] = &[
     (0xf000_0000, 0xffff_ffff, "240.0.0.0/4 (reserved)"),
 ];
 
-fn parse_pool(sec: &Section) -> Result<Pool, ConfigError> {
+/// Besides the pool, returns its entries as written, so that later sections
+/// can name the entry an address came from.
+fn parse_pool<'a>(sec: &Section<'a>) -> Result<(Pool, Vec<PoolEntry<'a>>), ConfigError> {
     let mut entries = Vec::new();
     for (key, text) in sec.str_array("addresses")? {
         let (first, last) = parse_pool_entry(text).map_err(|m| key_err(&key, m))?;
@@ -584,11 +758,23 @@ fn parse_pool(sec: &Section) -> Result<Pool, ConfigError> {
         None => (1024, 65535),
         Some(s) => parse_port_range(s).map_err(|m| key_err(sec.key("ports"), m))?,
     };
-    Ok(Pool { addresses, port_lo, port_hi })
+    Ok((Pool { addresses, port_lo, port_hi }, entries))
 }
 
 /// Returns the inclusive address range of `"a.b.c.d"` or `"a.b.c.d/len"`.
 fn parse_pool_entry(text: &str) -> Result<(u32, u32), String> {
+    let (addr, len) = parse_prefix(text, MIN_POOL_PREFIX_LEN)?;
+    let first = u32::from(addr);
+    let last = first | u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+    if let Some((_, _, what)) = RESERVED_RANGES.iter().find(|(lo, hi, _)| first <= *hi && *lo <= last) {
+        return Err(format!("{text:?} lies in {what}, which cannot be used as a NAT pool address"));
+    }
+    Ok((first, last))
+}
+
+/// Parses `"a.b.c.d"` (a /32) or `"a.b.c.d/len"` with `min_len <= len <= 32`
+/// into its network address and length; host bits must be clear.
+fn parse_prefix(text: &str, min_len: u8) -> Result<(Ipv4Addr, u8), String> {
     let (addr_text, len) = match text.split_once('/') {
         None => (text, 32),
         Some((a, l)) => {
@@ -596,10 +782,8 @@ fn parse_pool_entry(text: &str) -> Result<(u32, u32), String> {
             if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(format!("{text:?}: prefix length {l:?} is not a number"));
             }
-            let len = l.parse::<u8>().ok().filter(|n| (MIN_POOL_PREFIX_LEN..=32).contains(n)).ok_or_else(|| {
-                format!(
-                    "{text:?}: prefix length /{l} is out of range; it must be between /{MIN_POOL_PREFIX_LEN} and /32"
-                )
+            let len = l.parse::<u8>().ok().filter(|n| (min_len..=32).contains(n)).ok_or_else(|| {
+                format!("{text:?}: prefix length /{l} is out of range; it must be between /{min_len} and /32")
             })?;
             (a, len)
         }
@@ -616,11 +800,7 @@ fn parse_pool_entry(text: &str) -> Result<(u32, u32), String> {
             "{text:?} has host bits set; did you mean \"{network}/{len}\" (or \"{addr}\" for the single address)?"
         ));
     }
-    let last = first | host_mask;
-    if let Some((_, _, what)) = RESERVED_RANGES.iter().find(|(lo, hi, _)| first <= *hi && *lo <= last) {
-        return Err(format!("{text:?} lies in {what}, which cannot be used as a NAT pool address"));
-    }
-    Ok((first, last))
+    Ok((addr, len))
 }
 
 /// Overlaps would hand out the same public address/port twice. Sorting keeps
@@ -675,6 +855,127 @@ fn parse_port(p: &str) -> Result<u16, String> {
     p.parse::<u16>().map_err(|_| format!("port {p} is above 65535"))
 }
 
+fn parse_exclude(secs: &[Section], pool: &[PoolEntry]) -> Result<Vec<Ipv4Net>, ConfigError> {
+    let mut seen: HashMap<Ipv4Net, (String, &str)> = HashMap::with_capacity(secs.len());
+    let mut nets = Vec::with_capacity(secs.len());
+    for sec in secs {
+        let key = sec.key("prefix");
+        let text = sec.required_str("prefix")?;
+        let (addr, len) = parse_prefix(text, 0).map_err(|m| key_err(&key, m))?;
+        let net = Ipv4Net::new(addr, len).expect("parse_prefix bounds the length to /32");
+        if let Some((k, t)) = seen.get(&net) {
+            return Err(key_err(key, format!("{text:?} duplicates {k} ({t:?})")));
+        }
+        // Replies to translated traffic are addressed to the pool; exempting
+        // them from translation would break every mapping on that address.
+        let (first, last) = (u32::from(net.network()), u32::from(net.broadcast()));
+        if let Some(p) = pool.iter().find(|p| p.first <= last && first <= p.last) {
+            return Err(key_err(
+                key,
+                format!(
+                    "{text:?} contains the pool address {} from {} ({:?}); return traffic to the pool is NAT traffic and cannot be excluded from translation",
+                    Ipv4Addr::from(first.max(p.first)),
+                    p.key,
+                    p.text
+                ),
+            ));
+        }
+        seen.insert(net, (key, text));
+        nets.push(net);
+    }
+    Ok(nets)
+}
+
+fn proto_name(proto: u8) -> &'static str {
+    if proto == PROTO_TCP {
+        "tcp"
+    } else {
+        "udp"
+    }
+}
+
+fn parse_forwards(secs: &[Section], pool: &Pool) -> Result<Vec<Forward>, ConfigError> {
+    let pool_addrs: HashSet<Ipv4Addr> = pool.addresses.iter().copied().collect();
+    // (proto, endpoint) -> index of the forward that has it.
+    let mut outsides: HashMap<(u8, SocketAddrV4), usize> = HashMap::with_capacity(secs.len());
+    let mut insides: HashMap<(u8, SocketAddrV4), usize> = HashMap::with_capacity(secs.len());
+    let mut forwards: Vec<Forward> = Vec::with_capacity(secs.len());
+    for (i, sec) in secs.iter().enumerate() {
+        let proto = sec.required_choice("proto", &[("tcp", PROTO_TCP), ("udp", PROTO_UDP)])?;
+        let name = proto_name(proto);
+
+        let outside_key = sec.key("outside");
+        let outside = parse_endpoint(sec.required_str("outside")?).map_err(|m| key_err(&outside_key, m))?;
+        if !pool_addrs.contains(outside.ip()) {
+            return Err(key_err(
+                outside_key,
+                format!(
+                    "{} is not a pool address; the outside address must be in pool.addresses",
+                    outside.ip()
+                ),
+            ));
+        }
+
+        let inside_key = sec.key("inside");
+        let inside = parse_endpoint(sec.required_str("inside")?).map_err(|m| key_err(&inside_key, m))?;
+        if let Some(what) = unreachable_host(*inside.ip()) {
+            return Err(key_err(
+                inside_key,
+                format!("{} is {what}, which cannot be the target of a forward", inside.ip()),
+            ));
+        }
+
+        if let Some(&j) = outsides.get(&(proto, outside)) {
+            return Err(key_err(
+                outside_key,
+                format!("{name} {outside} is already forwarded by forward[{j}] (to {})", forwards[j].inside),
+            ));
+        }
+        if let Some(&j) = insides.get(&(proto, inside)) {
+            return Err(key_err(
+                inside_key,
+                format!(
+                    "{name} {inside} is already the target of forward[{j}] (from {}); mappings are endpoint-independent, so one inside endpoint has exactly one outside endpoint",
+                    forwards[j].outside
+                ),
+            ));
+        }
+        outsides.insert((proto, outside), i);
+        insides.insert((proto, inside), i);
+        forwards.push(Forward { proto, outside, inside });
+    }
+    Ok(forwards)
+}
+
+/// Parses `"a.b.c.d:port"` with a port in 1-65535.
+fn parse_endpoint(s: &str) -> Result<SocketAddrV4, String> {
+    let Some((addr, port)) = s.rsplit_once(':') else {
+        return Err(format!("expected an IPv4 address and port such as \"203.0.113.40:8080\", found {s:?}"));
+    };
+    let ip: Ipv4Addr =
+        addr.parse().map_err(|_| format!("{addr:?} is not an IPv4 address in dotted-quad form"))?;
+    let port = parse_port(port)?;
+    if port == 0 {
+        return Err(format!("{s:?}: port 0 is not valid; ports are 1-65535"));
+    }
+    Ok(SocketAddrV4::new(ip, port))
+}
+
+/// Why a unicast packet can never be delivered to `ip`, if it cannot.
+fn unreachable_host(ip: Ipv4Addr) -> Option<&'static str> {
+    if ip.is_unspecified() {
+        Some("the unspecified address")
+    } else if ip.is_broadcast() {
+        Some("the limited broadcast address")
+    } else if ip.is_multicast() {
+        Some("a multicast address")
+    } else if ip.is_loopback() {
+        Some("a loopback address")
+    } else {
+        None
+    }
+}
+
 fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
     let d = Nat::default();
     let ports = u32::from(pool.port_hi) - u32::from(pool.port_lo) + 1;
@@ -713,6 +1014,20 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
     let max_new_mappings_per_sec =
         sec.int("max_new_mappings_per_sec", d.max_new_mappings_per_sec.into(), 0, u32::MAX.into())? as u32;
 
+    let port_class = sec.bool("port_class", d.port_class)?;
+    if port_class && pool.port_lo < FIRST_NON_PRIVILEGED_PORT {
+        let which = if sec.get("port_class").is_some() { "" } else { " (the default)" };
+        return Err(key_err(
+            "pool.ports",
+            format!(
+                "range {}-{} starts below {FIRST_NON_PRIVILEGED_PORT}, but with nat.port_class = true{which} ports 1-1023 are reserved for port-class preservation (RFC 4787 REQ-3); start the range at {FIRST_NON_PRIVILEGED_PORT} or above, or set nat.port_class = false",
+                pool.port_lo, pool.port_hi
+            ),
+        ));
+    }
+    let icmp_errors_per_sec =
+        sec.int("icmp_errors_per_sec", d.icmp_errors_per_sec.into(), 0, MAX_ICMP_ERRORS_PER_SEC)? as u32;
+
     Ok(Nat {
         block_size,
         max_blocks_per_subscriber,
@@ -720,6 +1035,22 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
         hairpinning,
         filtering,
         max_new_mappings_per_sec,
+        port_class,
+        icmp_errors_per_sec,
+    })
+}
+
+fn parse_fragments(sec: &Section) -> Result<Fragments, ConfigError> {
+    let d = Fragments::default();
+    Ok(Fragments {
+        timeout: sec.duration_in("timeout", d.timeout, MIN_FRAGMENT_TIMEOUT, MAX_FRAGMENT_TIMEOUT)?,
+        max_tracked: sec.int(
+            "max_tracked",
+            d.max_tracked.into(),
+            MIN_FRAGMENTS_TRACKED,
+            MAX_FRAGMENTS_TRACKED,
+        )? as u32,
+        max_held: sec.int("max_held", d.max_held.into(), 0, MAX_FRAGMENTS_HELD)? as u32,
     })
 }
 
@@ -784,21 +1115,8 @@ fn parse_daemon(sec: &Section) -> Result<Daemon, ConfigError> {
             return Err(key_err(sec.key("pin_path"), format!("must be an absolute path, found {p:?}")))
         }
     };
-    let sweep_interval = match sec.duration("sweep_interval")? {
-        None => d.sweep_interval,
-        Some(v) if (MIN_SWEEP_INTERVAL..=MAX_SWEEP_INTERVAL).contains(&v) => v,
-        Some(v) => {
-            return Err(key_err(
-                sec.key("sweep_interval"),
-                format!(
-                    "must be between {} and {}, found {}",
-                    fmt_duration(MIN_SWEEP_INTERVAL),
-                    fmt_duration(MAX_SWEEP_INTERVAL),
-                    fmt_duration(v)
-                ),
-            ))
-        }
-    };
+    let sweep_interval =
+        sec.duration_in("sweep_interval", d.sweep_interval, MIN_SWEEP_INTERVAL, MAX_SWEEP_INTERVAL)?;
     Ok(Daemon { pin_path, sweep_interval })
 }
 
@@ -861,6 +1179,8 @@ mod tests {
                 hairpinning: true,
                 filtering: Filtering::EndpointIndependent,
                 max_new_mappings_per_sec: 0,
+                port_class: true,
+                icmp_errors_per_sec: 100,
             }
         );
         assert_eq!(
@@ -930,7 +1250,10 @@ sweep_interval = "1s"             # default; 100ms ..= 60s
                 xdp_mode: XdpMode::Native,
             },
             pool: Pool { addresses: addrs, port_lo: 1024, port_hi: 65535 },
+            exclude: vec![],
+            forwards: vec![],
             nat: Nat::default(),
+            fragments: Fragments::default(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             daemon: Daemon::default(),
@@ -985,6 +1308,8 @@ sweep_interval = "250ms"
                 hairpinning: false,
                 filtering: Filtering::AddressAndPortDependent,
                 max_new_mappings_per_sec: 1000,
+                port_class: true,
+                icmp_errors_per_sec: 100,
             }
         );
         assert_eq!(c.timeouts.udp, secs(600));
@@ -1007,7 +1332,9 @@ sweep_interval = "250ms"
     #[test]
     fn block_count_ignores_leftover_ports() {
         let c =
-            ok(&with_pool("addresses = [\"203.0.113.1\"]\nports = \"1000-1999\"\n[nat]\nblock_size = 300"));
+            ok(&with_pool(
+            "addresses = [\"203.0.113.1\"]\nports = \"1000-1999\"\n[nat]\nblock_size = 300\nport_class = false",
+        ));
         assert_eq!(c.block_count_per_addr(), 3);
     }
 
@@ -1353,7 +1680,7 @@ sweep_interval = "250ms"
     #[test]
     fn pool_ports() {
         let base = "addresses = [\"203.0.113.1\"]\n";
-        let c = ok(&with_pool(&format!("{base}ports = \"1-256\"")));
+        let c = ok(&with_pool(&format!("{base}ports = \"1-256\"\n[nat]\nport_class = false")));
         assert_eq!((c.pool.port_lo, c.pool.port_hi), (1, 256));
         let c = ok(&with_pool(&format!("{base}ports = \"5000-5001\"\n[nat]\nblock_size = 2")));
         assert_eq!((c.pool.port_lo, c.pool.port_hi), (5000, 5001));
@@ -1393,7 +1720,8 @@ sweep_interval = "250ms"
             assert!(m.contains(why), "{v}: {m}");
         }
         // The block may span the whole range, but not more.
-        let pool = "addresses = [\"203.0.113.1\"]\nports = \"1000-1099\"\n[nat]\nblock_size";
+        let pool =
+            "addresses = [\"203.0.113.1\"]\nports = \"1000-1099\"\n[nat]\nport_class = false\nblock_size";
         ok(&with_pool(&format!("{pool} = 100")));
         key_error(&with_pool(&format!("{pool} = 102")), "nat.block_size");
     }
@@ -1560,6 +1888,575 @@ sweep_interval = "250ms"
             let m = key_error(&with(&format!("[daemon]\nsweep_interval = {v}\n")), "daemon.sweep_interval");
             assert!(m.contains(why), "{v}: {m}");
         }
+    }
+
+    // ---- nat.port_class and nat.icmp_errors_per_sec ----
+
+    #[test]
+    fn nat_port_class() {
+        assert!(ok(&with("")).nat.port_class);
+        assert!(ok(&with("[nat]\nport_class = true\n")).nat.port_class);
+        // Starting exactly at 1024 is fine.
+        let c =
+            ok(&with_pool("addresses = [\"203.0.113.1\"]\nports = \"1024-2047\"\n[nat]\nport_class = true"));
+        assert_eq!(c.pool.port_lo, 1024);
+        // Without port-class preservation any range is fine.
+        let c =
+            ok(&with_pool("addresses = [\"203.0.113.1\"]\nports = \"1-1023\"\n[nat]\nport_class = false"));
+        assert!(!c.nat.port_class);
+        assert_eq!((c.pool.port_lo, c.pool.port_hi), (1, 1023));
+        // The conflict is reported on pool.ports, whether port_class is
+        // the default or explicit.
+        for nat in ["", "[nat]\nport_class = true"] {
+            let m = key_error(
+                &with_pool(&format!("addresses = [\"203.0.113.1\"]\nports = \"1023-65535\"\n{nat}")),
+                "pool.ports",
+            );
+            assert!(
+                m.contains("1023-65535")
+                    && m.contains("ports 1-1023 are reserved for port-class preservation")
+                    && m.contains("nat.port_class = false"),
+                "{m}"
+            );
+            assert_eq!(m.contains("(the default)"), nat.is_empty(), "{m}");
+        }
+        for v in ["\"yes\"", "1", "\"false\""] {
+            let m = key_error(&with(&format!("[nat]\nport_class = {v}\n")), "nat.port_class");
+            assert!(m.contains("expected a boolean"), "{m}");
+        }
+        let m = key_error(&with("[nat]\nport-class = false\n"), "nat.port-class");
+        assert!(m.contains("did you mean `port_class`"), "{m}");
+    }
+
+    #[test]
+    fn nat_icmp_errors_per_sec() {
+        assert_eq!(ok(&with("")).nat.icmp_errors_per_sec, 100);
+        assert_eq!(ok(&with("[nat]\nicmp_errors_per_sec = 0\n")).nat.icmp_errors_per_sec, 0);
+        assert_eq!(ok(&with("[nat]\nicmp_errors_per_sec = 100000\n")).nat.icmp_errors_per_sec, 100_000);
+        for (v, why) in [
+            ("100001", "between 0 and 100000, found 100001"),
+            ("-1", "between 0 and 100000"),
+            ("\"100\"", "expected an integer, found string \"100\""),
+            ("1.5", "expected an integer"),
+        ] {
+            let m =
+                key_error(&with(&format!("[nat]\nicmp_errors_per_sec = {v}\n")), "nat.icmp_errors_per_sec");
+            assert!(m.contains(why), "{v}: {m}");
+        }
+        let m = key_error(&with("[nat]\nicmp_error_per_sec = 5\n"), "nat.icmp_error_per_sec");
+        assert!(m.contains("did you mean `icmp_errors_per_sec`"), "{m}");
+    }
+
+    // ---- exclude ----
+
+    /// Minimal valid document plus `[[exclude]]` entries, one per prefix.
+    fn with_excludes(prefixes: &[&str]) -> String {
+        let entries: String = prefixes.iter().map(|p| format!("[[exclude]]\nprefix = \"{p}\"\n")).collect();
+        with(&entries)
+    }
+
+    fn net(s: &str) -> Ipv4Net {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn exclude_defaults_to_none() {
+        assert!(ok(&with("")).exclude.is_empty());
+        assert!(ok(&format!("exclude = []\n{}", with(""))).exclude.is_empty());
+    }
+
+    #[test]
+    fn exclude_prefixes_and_addresses() {
+        let c =
+            ok(&with_excludes(&["192.0.2.128/25", "198.51.100.7", "10.0.0.0/8", "0.0.0.0/1", "8.8.8.8/32"]));
+        assert_eq!(
+            c.exclude,
+            [
+                net("192.0.2.128/25"),
+                net("198.51.100.7/32"),
+                net("10.0.0.0/8"),
+                net("0.0.0.0/1"),
+                net("8.8.8.8/32")
+            ]
+        );
+        // Nested prefixes are not duplicates.
+        let c = ok(&with_excludes(&["10.0.0.0/8", "10.1.0.0/16"]));
+        assert_eq!(c.exclude.len(), 2);
+        // Inline tables are arrays of tables too.
+        let c = ok(&format!("exclude = [{{ prefix = \"192.0.2.0/24\" }}]\n{}", with("")));
+        assert_eq!(c.exclude, [net("192.0.2.0/24")]);
+    }
+
+    #[test]
+    fn exclude_prefix_syntax() {
+        for (prefix, why) in [
+            ("192.0.2", "not an IPv4 address"),
+            ("192.0.2.0/", "not a number"),
+            ("192.0.2.0/+24", "not a number"),
+            ("192.0.2.0/33", "between /0 and /32"),
+            ("2001:db8::/32", "not an IPv4 address"),
+            ("", "not an IPv4 address"),
+            ("192.0.2.129/25", "host bits set; did you mean \"192.0.2.128/25\""),
+            ("1.0.0.0/0", "host bits set; did you mean \"0.0.0.0/0\""),
+        ] {
+            let m = key_error(&with_excludes(&["10.0.0.0/8", prefix]), "exclude[1].prefix");
+            assert!(m.contains(why), "{prefix:?}: {m}");
+        }
+    }
+
+    #[test]
+    fn exclude_entry_shape() {
+        let m = key_error(&with("[[exclude]]\n"), "exclude[0].prefix");
+        assert!(m.contains("required"), "{m}");
+        let m = key_error(&with("[[exclude]]\nprefix = 5\n"), "exclude[0].prefix");
+        assert!(m.contains("expected a string, found integer 5"), "{m}");
+        let m = key_error(&with("[[exclude]]\nprefix = [\"10.0.0.0/8\"]\n"), "exclude[0].prefix");
+        assert!(m.contains("expected a string, found an array"), "{m}");
+        let m = key_error(
+            &with("[[exclude]]\nprefix = \"10.0.0.0/8\"\nprefixes = \"x\"\n"),
+            "exclude[0].prefixes",
+        );
+        assert!(m.contains("did you mean `prefix`"), "{m}");
+        let m = key_error(
+            &with("[[exclude]]\nprefix = \"10.0.0.0/8\"\n[[exclude]]\nnetwork = \"x\"\n"),
+            "exclude[1].network",
+        );
+        assert!(m.contains("unknown key; expected one of: prefix"), "{m}");
+    }
+
+    #[test]
+    fn exclude_must_be_an_array_of_tables() {
+        let m = key_error(&format!("exclude = \"192.0.2.0/24\"\n{}", with("")), "exclude");
+        assert!(m.contains("expected an array of tables") && m.contains("[[exclude]]"), "{m}");
+        assert!(m.contains("found string \"192.0.2.0/24\""), "{m}");
+        let m = key_error(&with("[exclude]\nprefix = \"192.0.2.0/24\"\n"), "exclude");
+        assert!(m.contains("single table") && m.contains("[[exclude]]"), "{m}");
+        let m = key_error(&format!("exclude = [\"192.0.2.0/24\"]\n{}", with("")), "exclude[0]");
+        assert!(m.contains("expected a table") && m.contains("found string \"192.0.2.0/24\""), "{m}");
+        let m =
+            key_error(&format!("exclude = [{{ prefix = \"192.0.2.0/24\" }}, 7]\n{}", with("")), "exclude[1]");
+        assert!(m.contains("found integer 7"), "{m}");
+    }
+
+    #[test]
+    fn exclude_duplicates_name_both() {
+        let m =
+            key_error(&with_excludes(&["192.0.2.0/24", "10.0.0.0/8", "192.0.2.0/24"]), "exclude[2].prefix");
+        assert!(m.contains("duplicates exclude[0].prefix (\"192.0.2.0/24\")"), "{m}");
+        // An address and its /32 are the same prefix.
+        let m = key_error(&with_excludes(&["198.51.100.7", "198.51.100.7/32"]), "exclude[1].prefix");
+        assert!(m.contains("\"198.51.100.7/32\" duplicates exclude[0].prefix (\"198.51.100.7\")"), "{m}");
+    }
+
+    #[test]
+    fn exclude_must_not_contain_pool_addresses() {
+        let pool = "[pool]\naddresses = [\"203.0.113.16/29\", \"203.0.113.40\"]\n";
+        let doc = |p: &str| {
+            format!("{IFACES}{pool}[[exclude]]\nprefix = \"10.0.0.0/8\"\n[[exclude]]\nprefix = \"{p}\"\n")
+        };
+        for (prefix, addr, entry) in [
+            ("203.0.113.40", "203.0.113.40", "pool.addresses[1] (\"203.0.113.40\")"),
+            ("203.0.113.0/24", "203.0.113.16", "pool.addresses[0] (\"203.0.113.16/29\")"),
+            ("203.0.113.20/30", "203.0.113.20", "pool.addresses[0] (\"203.0.113.16/29\")"),
+            ("203.0.113.32/28", "203.0.113.40", "pool.addresses[1] (\"203.0.113.40\")"),
+            ("0.0.0.0/0", "203.0.113.16", "pool.addresses[0]"),
+            ("128.0.0.0/1", "203.0.113.16", "pool.addresses[0]"),
+        ] {
+            let m = key_error(&doc(prefix), "exclude[1].prefix");
+            assert!(
+                m.contains(&format!("contains the pool address {addr} from {entry}"))
+                    && m.contains("NAT traffic"),
+                "{prefix}: {m}"
+            );
+        }
+        // Neighbours of the pool are fine.
+        let c = ok(&format!(
+            "{IFACES}{pool}[[exclude]]\nprefix = \"203.0.113.8/29\"\n[[exclude]]\nprefix = \"203.0.113.24/29\"\n[[exclude]]\nprefix = \"203.0.113.41\"\n"
+        ));
+        assert_eq!(c.exclude.len(), 3);
+    }
+
+    #[test]
+    fn exclude_limit() {
+        let list = |n: usize| -> Vec<String> {
+            (0..n).map(|i| format!("10.{}.{}.0/24", i / 256, i % 256)).collect()
+        };
+        let refs =
+            |v: &[String]| -> String { with_excludes(&v.iter().map(String::as_str).collect::<Vec<_>>()) };
+        assert_eq!(ok(&refs(&list(1024))).exclude.len(), 1024);
+        let m = key_error(&refs(&list(1025)), "exclude");
+        assert!(m.contains("at most 1024 entries") && m.contains("found 1025"), "{m}");
+    }
+
+    // ---- forward ----
+
+    fn forward(proto: &str, outside: &str, inside: &str) -> String {
+        format!("[[forward]]\nproto = \"{proto}\"\noutside = \"{outside}\"\ninside = \"{inside}\"\n")
+    }
+
+    /// Pool 203.0.113.1 with ports 1024-65535 and the given `[[forward]]`s.
+    fn with_forwards(forwards: &[(&str, &str, &str)]) -> String {
+        with(&forwards.iter().map(|(p, o, i)| forward(p, o, i)).collect::<String>())
+    }
+
+    fn sa(s: &str) -> SocketAddrV4 {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn forwards_default_to_none() {
+        assert!(ok(&with("")).forwards.is_empty());
+        assert!(ok(&format!("forward = []\n{}", with(""))).forwards.is_empty());
+    }
+
+    #[test]
+    fn forwards_parse() {
+        let c = ok(&with_forwards(&[
+            ("tcp", "203.0.113.1:8080", "100.64.0.3:80"),
+            // Same endpoints on the other protocol are a separate mapping.
+            ("udp", "203.0.113.1:8080", "100.64.0.3:80"),
+            // Outside ports below, inside and at the ends of pool.ports.
+            ("tcp", "203.0.113.1:1", "100.64.0.4:22"),
+            ("tcp", "203.0.113.1:1024", "100.64.0.4:1024"),
+            ("udp", "203.0.113.1:65535", "100.64.0.5:65535"),
+            // One inside host may have many forwarded ports.
+            ("tcp", "203.0.113.1:443", "100.64.0.3:443"),
+        ]));
+        assert_eq!(
+            c.forwards,
+            [
+                Forward { proto: 6, outside: sa("203.0.113.1:8080"), inside: sa("100.64.0.3:80") },
+                Forward { proto: 17, outside: sa("203.0.113.1:8080"), inside: sa("100.64.0.3:80") },
+                Forward { proto: 6, outside: sa("203.0.113.1:1"), inside: sa("100.64.0.4:22") },
+                Forward { proto: 6, outside: sa("203.0.113.1:1024"), inside: sa("100.64.0.4:1024") },
+                Forward { proto: 17, outside: sa("203.0.113.1:65535"), inside: sa("100.64.0.5:65535") },
+                Forward { proto: 6, outside: sa("203.0.113.1:443"), inside: sa("100.64.0.3:443") },
+            ]
+        );
+        // Inline tables work as well.
+        let c = ok(&format!(
+            "forward = [{{ proto = \"udp\", outside = \"203.0.113.1:53\", inside = \"100.64.0.9:53\" }}]\n{}",
+            with("")
+        ));
+        assert_eq!(
+            c.forwards,
+            [Forward { proto: 17, outside: sa("203.0.113.1:53"), inside: sa("100.64.0.9:53") }]
+        );
+    }
+
+    #[test]
+    fn forward_required_and_unknown_keys() {
+        let o = "outside = \"203.0.113.1:80\"\n";
+        let i = "inside = \"100.64.0.3:80\"\n";
+        let p = "proto = \"tcp\"\n";
+        for (body, key) in [
+            (format!("{o}{i}"), "forward[0].proto"),
+            (format!("{p}{i}"), "forward[0].outside"),
+            (format!("{p}{o}"), "forward[0].inside"),
+            (String::new(), "forward[0].proto"),
+        ] {
+            let m = key_error(&with(&format!("[[forward]]\n{body}")), key);
+            assert!(m.contains("required key is missing"), "{key}: {m}");
+        }
+        let m =
+            key_error(&with(&format!("[[forward]]\n{p}{o}{i}protocol = \"tcp\"\n")), "forward[0].protocol");
+        assert!(m.contains("expected one of: proto, outside, inside"), "{m}");
+        let m = key_error(
+            &with(&format!("[[forward]]\n{p}{o}{i}[[forward]]\n{p}{o}{i}insid = \"x\"\n")),
+            "forward[1].insid",
+        );
+        assert!(m.contains("did you mean `inside`"), "{m}");
+    }
+
+    #[test]
+    fn forward_proto() {
+        for (v, why) in [
+            ("\"icmp\"", "expected one of \"tcp\", \"udp\", found \"icmp\""),
+            ("\"TCP\"", "found \"TCP\""),
+            ("\"\"", "found \"\""),
+            ("6", "expected a string, found integer 6"),
+        ] {
+            let doc = with(&format!(
+                "{}[[forward]]\nproto = {v}\noutside = \"203.0.113.1:81\"\ninside = \"100.64.0.3:81\"\n",
+                forward("tcp", "203.0.113.1:80", "100.64.0.3:80")
+            ));
+            let m = key_error(&doc, "forward[1].proto");
+            assert!(m.contains(why), "{v}: {m}");
+        }
+    }
+
+    #[test]
+    fn forward_endpoint_syntax() {
+        for (endpoint, why) in [
+            ("203.0.113.1", "expected an IPv4 address and port such as \"203.0.113.40:8080\""),
+            ("", "expected an IPv4 address and port"),
+            ("203.0.113.1:", "\"\" is not a port number"),
+            ("203.0.113.1:http", "\"http\" is not a port number"),
+            ("203.0.113.1:+80", "not a port number"),
+            ("203.0.113.1:65536", "port 65536 is above 65535"),
+            ("203.0.113.1:0", "port 0 is not valid"),
+            ("203.0.113.1:80:90", "\"203.0.113.1:80\" is not an IPv4 address"),
+            ("203.0.113:80", "\"203.0.113\" is not an IPv4 address"),
+            ("[::1]:80", "not an IPv4 address"),
+            (" 203.0.113.1:80", "not an IPv4 address"),
+        ] {
+            let m = key_error(&with_forwards(&[("tcp", endpoint, "100.64.0.3:80")]), "forward[0].outside");
+            assert!(m.contains(why), "outside {endpoint:?}: {m}");
+            let m = key_error(&with_forwards(&[("tcp", "203.0.113.1:80", endpoint)]), "forward[0].inside");
+            assert!(m.contains(why), "inside {endpoint:?}: {m}");
+        }
+        for k in ["outside", "inside"] {
+            let doc = with(&format!(
+                "[[forward]]\nproto = \"tcp\"\noutside = \"203.0.113.1:80\"\ninside = \"100.64.0.3:80\"\n{k} = 80\n"
+            ));
+            // A TOML key may only be given once; a repeated one is a syntax error.
+            assert!(matches!(Config::from_toml_str(&doc), Err(ConfigError::Syntax { .. })));
+            let doc = with(&format!(
+                "[[forward]]\nproto = \"tcp\"\n{}\n",
+                if k == "outside" {
+                    "outside = 80\ninside = \"100.64.0.3:80\""
+                } else {
+                    "outside = \"203.0.113.1:80\"\ninside = 80"
+                }
+            ));
+            let m = key_error(&doc, &format!("forward[0].{k}"));
+            assert!(m.contains("expected a string, found integer 80"), "{m}");
+        }
+    }
+
+    #[test]
+    fn forward_outside_must_be_a_pool_address() {
+        let pool = "[pool]\naddresses = [\"203.0.113.16/29\", \"203.0.113.40\"]\n";
+        for outside in ["203.0.113.15:80", "203.0.113.24:80", "198.51.100.1:80", "100.64.0.3:80"] {
+            let doc = format!("{IFACES}{pool}{}", forward("udp", outside, "100.64.0.3:80"));
+            let m = key_error(&doc, "forward[0].outside");
+            let ip = outside.split(':').next().unwrap();
+            assert!(
+                m.contains(&format!("{ip} is not a pool address"))
+                    && m.contains("the outside address must be in pool.addresses"),
+                "{outside}: {m}"
+            );
+        }
+        // Network and broadcast addresses of a pool prefix are pool addresses.
+        for outside in ["203.0.113.16:80", "203.0.113.23:80", "203.0.113.40:80"] {
+            ok(&format!("{IFACES}{pool}{}", forward("udp", outside, "100.64.0.3:80")));
+        }
+    }
+
+    #[test]
+    fn forward_inside_must_be_a_unicast_host() {
+        for (inside, why) in [
+            ("0.0.0.0:80", "0.0.0.0 is the unspecified address"),
+            ("255.255.255.255:80", "255.255.255.255 is the limited broadcast address"),
+            ("224.0.0.1:80", "224.0.0.1 is a multicast address"),
+            ("239.255.255.250:1900", "239.255.255.250 is a multicast address"),
+            ("127.0.0.1:80", "127.0.0.1 is a loopback address"),
+        ] {
+            let m = key_error(&with_forwards(&[("tcp", "203.0.113.1:80", inside)]), "forward[0].inside");
+            assert!(m.contains(why) && m.contains("cannot be the target of a forward"), "{inside}: {m}");
+        }
+        // Any other unicast address, private or not, is a possible target.
+        for inside in ["100.64.0.0:80", "10.0.0.1:80", "192.168.1.255:80", "223.255.255.255:80"] {
+            ok(&with_forwards(&[("tcp", "203.0.113.1:80", inside)]));
+        }
+    }
+
+    #[test]
+    fn forward_duplicate_outside() {
+        let m = key_error(
+            &with_forwards(&[
+                ("tcp", "203.0.113.1:8080", "100.64.0.3:80"),
+                ("udp", "203.0.113.1:8080", "100.64.0.4:80"),
+                ("tcp", "203.0.113.1:8080", "100.64.0.5:80"),
+            ]),
+            "forward[2].outside",
+        );
+        assert!(
+            m.contains("tcp 203.0.113.1:8080 is already forwarded by forward[0] (to 100.64.0.3:80)"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn forward_duplicate_inside() {
+        let m = key_error(
+            &with_forwards(&[
+                ("udp", "203.0.113.1:5060", "100.64.0.3:5060"),
+                ("tcp", "203.0.113.1:5060", "100.64.0.3:5060"),
+                ("udp", "203.0.113.1:5061", "100.64.0.3:5060"),
+            ]),
+            "forward[2].inside",
+        );
+        assert!(
+            m.contains("udp 100.64.0.3:5060 is already the target of forward[0] (from 203.0.113.1:5060)")
+                && m.contains("endpoint-independent"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn forward_must_be_an_array_of_tables() {
+        let m = key_error(&format!("forward = \"203.0.113.1:80\"\n{}", with("")), "forward");
+        assert!(m.contains("expected an array of tables") && m.contains("[[forward]]"), "{m}");
+        let m = key_error(&with("[forward]\nproto = \"tcp\"\n"), "forward");
+        assert!(m.contains("single table") && m.contains("[[forward]]"), "{m}");
+        let m = key_error(
+            &format!("forward = [\"tcp 203.0.113.1:80 100.64.0.3:80\"]\n{}", with("")),
+            "forward[0]",
+        );
+        assert!(m.contains("expected a table"), "{m}");
+    }
+
+    #[test]
+    fn forward_limit() {
+        let list = |n: usize| -> String {
+            (0..n)
+                .map(|i| {
+                    forward(
+                        "udp",
+                        &format!("203.0.113.1:{}", 1000 + i),
+                        &format!("100.64.{}.{}:53", i / 256, i % 256),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(ok(&with(&list(4096))).forwards.len(), 4096);
+        let m = key_error(&with(&list(4097)), "forward");
+        assert!(m.contains("at most 4096 entries") && m.contains("found 4097"), "{m}");
+    }
+
+    // ---- fragments ----
+
+    #[test]
+    fn fragments_defaults_and_values() {
+        let d = Fragments { timeout: secs(2), max_tracked: 16384, max_held: 256 };
+        assert_eq!(ok(&with("")).fragments, d);
+        assert_eq!(ok(&with("[fragments]\n")).fragments, d);
+        assert_eq!(Fragments::default(), d);
+        let c = ok(&with("[fragments]\ntimeout = \"100ms\"\nmax_tracked = 16\nmax_held = 0\n"));
+        assert_eq!(
+            c.fragments,
+            Fragments { timeout: Duration::from_millis(100), max_tracked: 16, max_held: 0 }
+        );
+        let c = ok(&with("[fragments]\ntimeout = 60\nmax_tracked = 10000000\nmax_held = 65536\n"));
+        assert_eq!(c.fragments, Fragments { timeout: secs(60), max_tracked: 10_000_000, max_held: 65536 });
+        assert_eq!(
+            ok(&with("[fragments]\ntimeout = \"1s500ms\"\n")).fragments.timeout,
+            Duration::from_millis(1500)
+        );
+    }
+
+    #[test]
+    fn fragments_errors() {
+        for (k, v, why) in [
+            ("timeout", "\"99ms\"", "between 100ms and 1m, found 99ms"),
+            ("timeout", "\"1m1ms\"", "found 1m1ms"),
+            ("timeout", "61", "found 1m1s"),
+            ("timeout", "0", "found 0s"),
+            ("timeout", "\"2x\"", "unknown unit"),
+            ("timeout", "-1", "negative"),
+            ("timeout", "true", "expected a duration"),
+            ("max_tracked", "15", "between 16 and 10000000, found 15"),
+            ("max_tracked", "10000001", "between 16 and 10000000"),
+            ("max_tracked", "\"16384\"", "expected an integer"),
+            ("max_held", "-1", "between 0 and 65536, found -1"),
+            ("max_held", "65537", "between 0 and 65536"),
+            ("max_held", "2.5", "expected an integer"),
+        ] {
+            let key = format!("fragments.{k}");
+            let m = key_error(&with(&format!("[fragments]\n{k} = {v}\n")), &key);
+            assert!(m.contains(why), "{key} = {v}: {m}");
+        }
+        let m = key_error(&with("[fragments]\nmax_hold = 5\n"), "fragments.max_hold");
+        assert!(m.contains("did you mean `max_held`"), "{m}");
+        let m = key_error(&with("[fragments]\ntimeouts = \"2s\"\n"), "fragments.timeouts");
+        assert!(m.contains("did you mean `timeout`"), "{m}");
+    }
+
+    // ---- new top-level names ----
+
+    #[test]
+    fn new_top_level_names_are_suggested() {
+        let m = key_error(&with("[fragment]\ntimeout = \"2s\"\n"), "fragment");
+        assert!(m.contains("unknown table; did you mean `fragments`?"), "{m}");
+        let m = key_error(&with("[[excludes]]\nprefix = \"192.0.2.0/24\"\n"), "excludes");
+        assert!(m.contains("unknown array of tables; did you mean `exclude`?"), "{m}");
+        let m = key_error(&with("[[forwards]]\nproto = \"tcp\"\n"), "forwards");
+        assert!(m.contains("did you mean `forward`?"), "{m}");
+        let m = key_error(&with("[bogus]\n"), "bogus");
+        assert!(m.contains("fragments") && m.contains("exclude") && m.contains("forward"), "{m}");
+        // A table written with double brackets.
+        let m = key_error(&with("[[fragments]]\ntimeout = \"2s\"\n"), "fragments");
+        assert!(
+            m.contains("expected a table, found an array of tables; write [fragments], not [[fragments]]"),
+            "{m}"
+        );
+    }
+
+    const FULL_EXAMPLE: &str = r#"
+[interfaces]
+inside = ["lan0"]
+outside = ["wan0"]
+[pool]
+addresses = ["203.0.113.16/29", "203.0.113.40"]
+ports = "1024-65535"
+
+[[exclude]]                       # forwarded untranslated (RFC 6888 REQ-6)
+prefix = "192.0.2.128/25"         # address or prefix; must not contain a pool address
+[[exclude]]
+prefix = "198.51.100.53"
+
+[[forward]]                       # static inbound port forward
+proto = "tcp"                     # or "udp"
+outside = "203.0.113.40:8080"     # a pool address; the port may be outside pool.ports
+inside = "100.64.0.3:80"
+[[forward]]
+proto = "udp"
+outside = "203.0.113.16:53"
+inside = "100.64.0.7:53"
+
+[nat]
+port_class = true                 # default; RFC 4787 REQ-3, needs pool.ports to start at 1024+
+icmp_errors_per_sec = 100         # default; 0 disables generated ICMP errors
+[fragments]
+timeout = "2s"                    # default; 100ms ..= 60s
+max_tracked = 16384               # default; 16 ..= 10_000_000
+max_held = 256                    # default; 0 ..= 65536
+"#;
+
+    #[test]
+    fn full_example_parses_exactly() {
+        let c = ok(FULL_EXAMPLE);
+        assert_eq!(c.exclude, [net("192.0.2.128/25"), net("198.51.100.53/32")]);
+        assert_eq!(
+            c.forwards,
+            [
+                Forward { proto: 6, outside: sa("203.0.113.40:8080"), inside: sa("100.64.0.3:80") },
+                Forward { proto: 17, outside: sa("203.0.113.16:53"), inside: sa("100.64.0.7:53") },
+            ]
+        );
+        assert_eq!(c.nat, Nat::default());
+        assert!(c.nat.port_class);
+        assert_eq!(c.nat.icmp_errors_per_sec, 100);
+        assert_eq!(c.fragments, Fragments::default());
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        // Everything else is exactly the documented example.
+        assert_eq!(c, Config { exclude: c.exclude.clone(), forwards: c.forwards.clone(), ..ok(EXAMPLE) });
+    }
+
+    #[test]
+    fn exclude_and_forward_errors_come_after_pool_errors() {
+        // Both refer to pool addresses, so a broken pool is reported first.
+        let doc = format!(
+            "{IFACES}[pool]\naddresses = [\"203.0.113.1/33\"]\n{}[[exclude]]\nprefix = \"x\"\n",
+            forward("tcp", "x", "y")
+        );
+        key_error(&doc, "pool.addresses[0]");
+        let doc = with(&format!(
+            "{}[[exclude]]\nprefix = \"x\"\n[nat]\nblock_size = 3\n",
+            forward("tcp", "x", "y")
+        ));
+        key_error(&doc, "exclude[0].prefix");
     }
 
     // ---- load ----

@@ -57,6 +57,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     );
     let every = cfg.daemon.sweep_interval;
     let mut next = Instant::now();
+    let mut forwards_pending = !cfg.forwards.is_empty();
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next {
             match sweeper.sweep(&dp.tables, &reaper) {
@@ -69,6 +70,16 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
                 ),
                 Ok(_) => {}
                 Err(e) => warn!("sweep failed: {e}"),
+            }
+            if forwards_pending {
+                match dp.install_forwards(cfg) {
+                    Ok(0) => {
+                        forwards_pending = false;
+                        info!("all static forwards installed");
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!("installing static forwards: {e}"),
+                }
             }
             next = Instant::now() + every;
         }

@@ -18,9 +18,9 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::config::{Config, Filtering, XdpMode};
-use crate::skel::types::nx_config;
+use crate::skel::types::{nx_config, nx_iface, nx_lpm_key, nx_map, nx_map_key};
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
-use crate::tables::{Tables, MAP_NAMES, NPROTO, TICK_SHIFT};
+use crate::tables::{bytes_of, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT};
 
 /// Values of `enum nx_iface_role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +34,33 @@ pub struct Iface {
     pub name: String,
     pub ifindex: u32,
     pub role: Role,
+    /// The interface's first IPv4 address: the source of ICMP errors natrix sends out of it.
+    pub addr: Option<Ipv4Addr>,
+}
+
+/// First IPv4 address of every interface in this network namespace, by name.
+pub fn interface_addresses() -> std::collections::HashMap<String, Ipv4Addr> {
+    let mut out = std::collections::HashMap::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a linked list we free below; we only read it.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return out;
+    }
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
+            // SAFETY: AF_INET addresses are sockaddr_in; ifa_name is NUL-terminated.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+            out.entry(name).or_insert_with(|| Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()));
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: freeing what getifaddrs allocated.
+    unsafe { libc::freeifaddrs(ifap) };
+    out
 }
 
 #[derive(Debug, Error)]
@@ -88,6 +115,7 @@ impl Sizes {
 
 /// Resolves interface names in the current network namespace. Errors name the config key.
 pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
+    let addrs = interface_addresses();
     let mut out = Vec::new();
     for (names, role, key) in [
         (&c.interfaces.inside, Role::Inside, "interfaces.inside"),
@@ -108,7 +136,7 @@ pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
                     reason: "no such interface in this network namespace".into(),
                 });
             }
-            out.push(Iface { name: name.clone(), ifindex, role });
+            out.push(Iface { name: name.clone(), ifindex, role, addr: addrs.get(name).copied() });
         }
     }
     Ok(out)
@@ -126,6 +154,9 @@ pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
     }
     if c.nat.hairpinning {
         flags |= 2;
+    }
+    if c.nat.port_class {
+        flags |= 4;
     }
     nx_config {
         to_udp: ticks(c.timeouts.udp),
@@ -147,7 +178,8 @@ pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
         addr_hint,
         hold_down_s: c.timeouts.port_hold_down.as_secs() as u32,
         max_new_per_sec: c.nat.max_new_mappings_per_sec,
-        ..Default::default()
+        icmp_per_sec: c.nat.icmp_errors_per_sec,
+        frag_timeout: ticks(c.fragments.timeout),
     }
 }
 
@@ -259,6 +291,25 @@ impl Dataplane {
                             what: format!("version (map {name} is missing)"),
                         });
                     }
+                    // libbpf reuses a pinned fd without comparing layouts: do it here, or
+                    // a program would run on a table whose entries mean something else
+                    let pinned = libbpf_rs::MapHandle::from_pinned_path(&path)
+                        .and_then(|h| h.info())
+                        .map_err(bpf(format!("reading pinned map {name}")))?;
+                    let (pi, want) = (
+                        pinned.info,
+                        (map.key_size(), map.value_size(), map.max_entries(), map.map_flags()),
+                    );
+                    if (pi.key_size, pi.value_size, pi.max_entries, pi.map_flags) != want {
+                        return Err(DataplaneError::Incompatible {
+                            pin: dir.display().to_string(),
+                            what: format!(
+                                "table layout or size (map {name}: running key/value/entries/flags {}/{}/{}/{:#x}, \
+                                 this version and config {}/{}/{}/{:#x}; pool, ports, block size or [limits] changed?)",
+                                pi.key_size, pi.value_size, pi.max_entries, pi.map_flags, want.0, want.1, want.2, want.3
+                            ),
+                        });
+                    }
                     map.reuse_pinned_map(&path).map_err(|_| DataplaneError::Incompatible {
                         pin: dir.display().to_string(),
                         what: format!(
@@ -322,7 +373,79 @@ impl Dataplane {
             }
         }
         t.write_config(&nx_config_from(cfg, hint))?;
+        self.set_exclusions(cfg)?;
+        self.install_forwards(cfg)?;
         self.set_interfaces(ifaces)
+    }
+
+    /// `[[exclude]]` prefixes into the LPM trie (this program instance's own map: filled
+    /// before the links switch to it).
+    pub fn set_exclusions(&self, cfg: &Config) -> Result<()> {
+        let m = &self.skel.maps.nx_excl;
+        for net in &cfg.exclude {
+            let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
+            m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
+        }
+        Ok(())
+    }
+
+    /// Makes the static forwards in the tables match `[[forward]]`: each is a STATIC port
+    /// word plus a mapping flagged static, which expiry never removes and dynamic allocation
+    /// never hands out. Forwards no longer configured are removed (their port goes on
+    /// hold-down). A forward whose port or inside endpoint is held by a live dynamic
+    /// mapping is left for a later call (the daemon retries every sweep); returns how many
+    /// are still pending.
+    pub fn install_forwards(&self, cfg: &Config) -> Result<usize> {
+        let t = &self.tables;
+        let pool = &cfg.pool.addresses;
+        let mut pending = 0;
+        let mut wanted = std::collections::HashSet::new();
+        for f in &cfg.forwards {
+            let Some(addr_idx) = pool.iter().position(|a| a == f.outside.ip()) else { continue };
+            let (in_ip, in_port) = (ip_be(*f.inside.ip()), f.inside.port());
+            let key = nx_map_key { in_ip, in_port: in_port.to_be(), proto: f.proto, pad: 0 };
+            wanted.insert(crate::tables::bytes_of(&key).to_vec());
+            let idx = crate::tables::port_index(addr_idx as u32, f.proto, f.outside.port());
+            let word = (PORT_STATIC << PORT_STATE_SHIFT) | ((in_ip as u64) << 16) | in_port as u64;
+            let cur = t.port_word(addr_idx as u32, f.proto, f.outside.port())?;
+            let existing = t.mapping(&key)?;
+            let ours = existing.is_some_and(|m| m.flags & 1 != 0);
+            if (cur != 0 && cur != word) || (existing.is_some() && !ours) {
+                pending += 1;
+                continue;
+            }
+            let m = nx_map {
+                out_ip: ip_be(*f.outside.ip()),
+                out_port: f.outside.port().to_be(),
+                flags: 1,
+                nsess: existing.map(|m| m.nsess).unwrap_or(0),
+                expire: 0,
+            };
+            if !ours {
+                t.maps.update(bytes_of(&key), bytes_of(&m), MapFlags::ANY).map_err(bpf("adding a static forward"))?;
+            }
+            if cur != word {
+                t.ports.update(&idx.to_ne_bytes(), &word.to_ne_bytes(), MapFlags::ANY).map_err(bpf("adding a static forward"))?;
+            }
+        }
+        // forwards that are no longer configured
+        let now_s = (crate::tables::now_ns() / 1_000_000_000) as u32;
+        for (k, m) in t.mappings()? {
+            if m.flags & 1 == 0 || wanted.contains(bytes_of(&k)) {
+                continue;
+            }
+            let _ = t.maps.delete(bytes_of(&k));
+            if let Some(addr_idx) = pool.iter().position(|a| ip_be(*a) == m.out_ip) {
+                let idx = crate::tables::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
+                let held = (PORT_HELD << PORT_STATE_SHIFT) | now_s as u64;
+                let _ = t.ports.update(&idx.to_ne_bytes(), &held.to_ne_bytes(), MapFlags::ANY);
+            }
+            info!(inside = %format!("{}:{}", ip_from_be(k.in_ip), u16::from_be(k.in_port)), "static forward removed");
+        }
+        if pending > 0 {
+            warn!(pending, "static forwards waiting for their port or inside endpoint to be released by a live mapping");
+        }
+        Ok(pending)
     }
 
     /// Interface roles and redirect targets: replaces whatever was there.
@@ -336,9 +459,8 @@ impl Dataplane {
         }
         for i in ifaces {
             let k = i.ifindex.to_ne_bytes();
-            t.ifaces
-                .update(&k, &(i.role as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(bpf("filling nx_ifaces"))?;
+            let v = nx_iface { role: i.role as u32, addr: i.addr.map(ip_be).unwrap_or(0) };
+            t.ifaces.update(&k, bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
             t.tx.update(&k, &k, MapFlags::ANY)
                 .map_err(bpf(format!("adding {} to the redirect map", i.name)))?;
         }

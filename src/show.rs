@@ -30,6 +30,8 @@ pub fn sessions(t: &Tables) -> Result<Vec<SessionRow>, TableError> {
     let mut rows: Vec<SessionRow> = t
         .sessions()?
         .into_iter()
+        // address-dependent filtering records are filter state, not connections
+        .filter(|(_, s)| s.flags & 2 == 0)
         .map(|(k, s)| {
             let mk = nx_map_key { in_ip: k.in_ip, in_port: k.in_port, proto: k.proto, pad: 0 };
             let outside = maps

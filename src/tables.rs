@@ -132,6 +132,11 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_STAT_SUB_CREATED, "subscribers_created"),
     (nx_stat::NX_STAT_BLOCK_ALLOC, "blocks_allocated"),
     (nx_stat::NX_STAT_ALLOC_RETRY, "alloc_retries"),
+    (nx_stat::NX_STAT_PASS_EXCLUDED, "pass_excluded"),
+    (nx_stat::NX_STAT_ICMP_ERR_IN, "icmp_errors_in"),
+    (nx_stat::NX_STAT_ICMP_ERR_OUT, "icmp_errors_out"),
+    (nx_stat::NX_STAT_ICMP_SENT, "icmp_sent"),
+    (nx_stat::NX_STAT_ICMP_SUPPRESSED, "icmp_rate_limited"),
     (nx_stat::NX_DROP_MALFORMED_ETH, "malformed_eth"),
     (nx_stat::NX_DROP_MALFORMED_IP, "malformed_ip"),
     (nx_stat::NX_DROP_MALFORMED_L4, "malformed_l4"),
@@ -147,6 +152,9 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_DROP_HAIRPIN_DISABLED, "hairpin_disabled"),
     (nx_stat::NX_DROP_TCP_NO_SYN, "tcp_no_syn"),
     (nx_stat::NX_DROP_REDIRECT_FAILED, "redirect_failed"),
+    (nx_stat::NX_DROP_ICMP_BAD_CHECKSUM, "icmp_bad_checksum"),
+    (nx_stat::NX_DROP_ICMP_MALFORMED, "icmp_malformed"),
+    (nx_stat::NX_DROP_MTU_EXCEEDED, "mtu_exceeded"),
     (nx_stat::NX_DROP_INTERNAL, "internal_error"),
 ];
 

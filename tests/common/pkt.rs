@@ -1,0 +1,1043 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! Support for the BPF_PROG_TEST_RUN packet tests (tests/packet.rs):
+//!
+//! * [`Netns`]: a throw-away network namespace with an inside and an outside veth pair,
+//!   addresses, forwarding on and permanent neighbour entries with known MACs. The data
+//!   plane's `bpf_fib_lookup` (and the devmap update in `configure`) resolve in the network
+//!   namespace of the thread that makes the syscall, so every test body runs on a thread
+//!   that entered the namespace ([`with_env`]).
+//! * [`Env`]: a private (unpinned) data plane loaded and configured in that namespace, with
+//!   helpers to run the XDP programs, read counters and tables, and sweep.
+//! * [`Pkt`]: a packet description built with etherparse. Expected outputs are rebuilt from
+//!   scratch from a modified description, so their checksums are computed from scratch and
+//!   compared byte for byte with what the data plane produced incrementally.
+//! * An independent one's-complement checksum check ([`assert_csums`]).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use etherparse::{Icmpv4Type, IpHeaders, IpNumber, Ipv4Dscp, Ipv4Header, PacketBuilder, TcpHeader};
+use libbpf_rs::{MapHandle, ProgramInput};
+use natrix::config::Config;
+use natrix::dataplane::{self, ip_be, Dataplane, Persistence};
+use natrix::expiry::{Reaper, SweepReport, Sweeper};
+use natrix::skel::types::{nx_map, nx_map_key, nx_sess, nx_sess_key, nx_sub, xdp_md};
+use natrix::tables::{bytes_of, stat_index, STATS};
+
+// ---- verdicts, protocols ---------------------------------------------------------------
+
+pub const XDP_ABORTED: u32 = 0;
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+pub const XDP_REDIRECT: u32 = 4;
+
+pub fn verdict_name(v: u32) -> &'static str {
+    match v {
+        XDP_ABORTED => "XDP_ABORTED",
+        XDP_DROP => "XDP_DROP",
+        XDP_PASS => "XDP_PASS",
+        XDP_TX => "XDP_TX",
+        XDP_REDIRECT => "XDP_REDIRECT",
+        _ => "XDP_?",
+    }
+}
+
+pub const TCP: u8 = 6;
+pub const UDP: u8 = 17;
+pub const ICMP: u8 = 1;
+
+pub const FIN: u8 = 0x01;
+pub const SYN: u8 = 0x02;
+pub const RST: u8 = 0x04;
+pub const PSH: u8 = 0x08;
+pub const ACK: u8 = 0x10;
+
+/// Values of `enum nx_tcp_state`.
+pub const ST_NONE: u8 = 0;
+pub const ST_SYN_OUT: u8 = 1;
+pub const ST_SYN_IN: u8 = 2;
+pub const ST_EST: u8 = 3;
+pub const ST_FIN_OUT: u8 = 4;
+pub const ST_FIN_IN: u8 = 5;
+pub const ST_FIN_BOTH: u8 = 6;
+pub const ST_RST: u8 = 7;
+
+/// Port word states (bits 63..62 of an nx_ports entry).
+pub const PORT_FREE: u64 = 0;
+pub const PORT_USED: u64 = 1;
+pub const PORT_HELD: u64 = 2;
+
+// ---- the test topology -------------------------------------------------------------------
+
+pub const IN_IF: &str = "in0";
+pub const OUT_IF: &str = "out0";
+/// The gateway's own addresses.
+pub const GW_IN: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
+pub const GW_OUT: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+/// MACs of the gateway's interfaces.
+pub const IN_MAC: [u8; 6] = [0x02, 0x4e, 0x58, 0x00, 0x00, 0x01];
+pub const OUT_MAC: [u8; 6] = [0x02, 0x4e, 0x58, 0x00, 0x00, 0x02];
+const IN_PEER_MAC: [u8; 6] = [0x02, 0x4e, 0x58, 0x00, 0x01, 0x01];
+const OUT_PEER_MAC: [u8; 6] = [0x02, 0x4e, 0x58, 0x00, 0x01, 0x02];
+/// Remote servers with a permanent neighbour entry on out0.
+pub const SERVER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
+pub const SERVER2: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 3);
+/// On out0's subnet, but no neighbour entry: bpf_fib_lookup answers NO_NEIGH.
+pub const NO_NEIGH_REMOTE: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 99);
+/// On in0's subnet, but no neighbour entry.
+pub const NO_NEIGH_SUB: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 99);
+/// Subscribers 1..=NSUBS (100.64.0.2 ..) have permanent neighbour entries on in0.
+pub const NSUBS: u8 = 8;
+/// The default pool of [`Cfg::default`].
+pub const POOL0: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 16);
+
+/// Inside address of subscriber `n` (1-based): 100.64.0.(n+1).
+pub fn sub(n: u8) -> Ipv4Addr {
+    assert!((1..=200).contains(&n));
+    Ipv4Addr::new(100, 64, 0, n + 1)
+}
+
+pub fn is_inside(ip: Ipv4Addr) -> bool {
+    let o = ip.octets();
+    o[0] == 100 && o[1] == 64 && o[2] == 0
+}
+
+/// The MAC a host has in the neighbour tables of the test namespace (and the MAC it
+/// sends from). Hosts without a neighbour entry get a MAC nobody knows.
+pub fn mac_of(ip: Ipv4Addr) -> [u8; 6] {
+    let o = ip.octets();
+    if ip == GW_IN {
+        return IN_MAC;
+    }
+    if ip == GW_OUT {
+        return OUT_MAC;
+    }
+    if is_inside(ip) {
+        return [0x02, 0x00, 0x00, 0x00, 0x10, o[3]];
+    }
+    if o[0] == 198 && o[1] == 51 && o[2] == 100 {
+        return [0x02, 0x00, 0x00, 0x00, 0x20, o[3]];
+    }
+    [0x02, 0x00, 0x00, 0x00, 0xff, 0xff]
+}
+
+/// MAC of the gateway interface on the side of `ip`.
+pub fn gw_mac_towards(ip: Ipv4Addr) -> [u8; 6] {
+    if is_inside(ip) {
+        IN_MAC
+    } else {
+        OUT_MAC
+    }
+}
+
+fn mac_str(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+// ---- network namespace ---------------------------------------------------------------------
+
+static NETNS_LOCK: Mutex<()> = Mutex::new(());
+static NETNS_SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn run_cmd(prog: &str, args: &[&str], stdin: Option<&str>) {
+    let mut c = Command::new(prog);
+    c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    if stdin.is_some() {
+        c.stdin(Stdio::piped());
+    }
+    let mut child = c.spawn().unwrap_or_else(|e| panic!("cannot run {prog}: {e} (tests need root and iproute2)"));
+    if let Some(s) = stdin {
+        child.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("writing to ip -batch");
+    }
+    let out = child.wait_with_output().expect("waiting for command");
+    assert!(
+        out.status.success(),
+        "expected `{prog} {}` to succeed, it failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr),
+        stdin.map(|s| format!("\nbatch:\n{s}")).unwrap_or_default()
+    );
+}
+
+/// A uniquely named network namespace, deleted on drop (also when the test panics):
+///
+/// ```text
+///   in0  100.64.0.1/24   02:4e:58:00:00:01  (peer in0p)
+///        neighbours 100.64.0.2 .. 100.64.0.9 (subscribers 1..=8), permanent
+///   out0 198.51.100.1/24 02:4e:58:00:00:02  (peer out0p)
+///        neighbours 198.51.100.2, 198.51.100.3 (servers), permanent
+///   none for 100.64.0.99 and 198.51.100.99
+/// ```
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn create() -> Netns {
+        let name = format!("nxpt-{}-{}", std::process::id(), NETNS_SEQ.fetch_add(1, Ordering::SeqCst));
+        {
+            // `ip netns add` sets /run/netns up as a shared mount the first time; two doing
+            // that at once could stack mounts. Serialise within this process.
+            let _g = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            run_cmd("ip", &["netns", "add", &name], None);
+        }
+        let ns = Netns { name };
+        let mut b = String::new();
+        b += "link set lo up\n";
+        b += &format!(
+            "link add {IN_IF} address {} type veth peer name {IN_IF}p address {}\n",
+            mac_str(IN_MAC),
+            mac_str(IN_PEER_MAC)
+        );
+        b += &format!(
+            "link add {OUT_IF} address {} type veth peer name {OUT_IF}p address {}\n",
+            mac_str(OUT_MAC),
+            mac_str(OUT_PEER_MAC)
+        );
+        b += &format!("addr add {GW_IN}/24 dev {IN_IF}\n");
+        b += &format!("addr add {GW_OUT}/24 dev {OUT_IF}\n");
+        for l in [IN_IF, OUT_IF] {
+            b += &format!("link set {l} up\nlink set {l}p up\n");
+        }
+        for n in 1..=NSUBS {
+            b += &format!("neigh add {} lladdr {} dev {IN_IF} nud permanent\n", sub(n), mac_str(mac_of(sub(n))));
+        }
+        for s in [SERVER, SERVER2] {
+            b += &format!("neigh add {s} lladdr {} dev {OUT_IF} nud permanent\n", mac_str(mac_of(s)));
+        }
+        run_cmd("ip", &["-n", &ns.name, "-batch", "-"], Some(&b));
+        // without forwarding, bpf_fib_lookup answers "forwarding disabled"
+        run_cmd(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns.name,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.conf.all.forwarding=1",
+            ],
+            None,
+        );
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _g = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Moves the calling thread (only it) into the named network namespace.
+pub fn enter_netns(name: &str) {
+    let path = format!("/run/netns/{name}");
+    let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("expected {path} to exist: {e}"));
+    // SAFETY: a valid namespace fd; CLONE_NEWNET affects only the calling thread.
+    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "expected setns({path}) to succeed: {}", std::io::Error::last_os_error());
+}
+
+// ---- configuration -------------------------------------------------------------------------
+
+/// A test configuration, section by section; values are TOML literals.
+#[derive(Clone, Debug)]
+pub struct Cfg {
+    sections: BTreeMap<&'static str, BTreeMap<&'static str, String>>,
+}
+
+impl Default for Cfg {
+    fn default() -> Self {
+        Cfg { sections: BTreeMap::new() }
+            .set("interfaces", "inside", &format!("[\"{IN_IF}\"]"))
+            .set("interfaces", "outside", &format!("[\"{OUT_IF}\"]"))
+            .set("pool", "addresses", "[\"203.0.113.16/29\"]")
+            // small tables: every test loads its own data plane
+            .set("limits", "max_subscribers", "256")
+            .set("limits", "max_mappings", "4096")
+            .set("limits", "max_sessions", "8192")
+    }
+}
+
+impl Cfg {
+    pub fn set(mut self, section: &'static str, key: &'static str, value: &str) -> Self {
+        self.sections.entry(section).or_default().insert(key, value.to_string());
+        self
+    }
+
+    pub fn toml(&self) -> String {
+        let mut s = String::new();
+        for (sec, kv) in &self.sections {
+            s += &format!("[{sec}]\n");
+            for (k, v) in kv {
+                s += &format!("{k} = {v}\n");
+            }
+        }
+        s
+    }
+}
+
+// ---- the loaded data plane -------------------------------------------------------------------
+
+/// Which XDP program a packet goes through: the one on the inside or the outside interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Inside,
+    Outside,
+}
+
+pub struct Env {
+    pub dp: Dataplane,
+    pub cfg: Config,
+    pub ns: String,
+    pub in_ifindex: u32,
+    pub out_ifindex: u32,
+    sweeper: RefCell<Option<Sweeper>>,
+}
+
+/// Creates a namespace, loads and configures a private data plane in it from `cfg`, and
+/// runs `f` on a thread inside the namespace. Panics of `f` propagate; the namespace is
+/// deleted in every case.
+pub fn with_env<F: FnOnce(&Env) + Send>(cfg: &Cfg, f: F) {
+    let toml = cfg.toml();
+    let ns = Netns::create();
+    let name = ns.name.clone();
+    let res = std::thread::scope(|s| {
+        s.spawn(move || {
+            enter_netns(&name);
+            let env = Env::new(&toml, &name);
+            f(&env);
+        })
+        .join()
+    });
+    drop(ns);
+    if let Err(p) = res {
+        std::panic::resume_unwind(p);
+    }
+}
+
+fn ifindex(name: &str) -> u32 {
+    let c = std::ffi::CString::new(name).expect("name");
+    // SAFETY: valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    assert_ne!(i, 0, "expected interface {name} in the test namespace");
+    i
+}
+
+impl Env {
+    fn new(toml: &str, ns: &str) -> Env {
+        let cfg = Config::from_toml_str(toml).unwrap_or_else(|e| panic!("expected the test config to parse: {e}\n{toml}"));
+        let ifaces = dataplane::resolve_interfaces(&cfg).expect("expected in0/out0 in the test namespace");
+        let dp = Dataplane::load(&cfg, Persistence::Private).expect("expected the data plane to load");
+        dp.configure(&cfg, &ifaces).expect("expected configure() to succeed");
+        Env {
+            dp,
+            cfg,
+            ns: ns.to_string(),
+            in_ifindex: ifindex(IN_IF),
+            out_ifindex: ifindex(OUT_IF),
+            sweeper: RefCell::new(None),
+        }
+    }
+
+    fn prog(&self, side: Side) -> &libbpf_rs::ProgramMut<'static> {
+        match side {
+            Side::Inside => &self.dp.skel.progs.nx_xdp_inside,
+            Side::Outside => &self.dp.skel.progs.nx_xdp_outside,
+        }
+    }
+
+    fn ifindex(&self, side: Side) -> u32 {
+        match side {
+            Side::Inside => self.in_ifindex,
+            Side::Outside => self.out_ifindex,
+        }
+    }
+
+    /// Raw fd and ingress ifindex of a program, for runs from other threads ([`xdp_run_fd`]).
+    pub fn prog_fd(&self, side: Side) -> (i32, u32) {
+        (self.prog(side).as_fd().as_raw_fd(), self.ifindex(side))
+    }
+
+    /// Runs the program of `side` on `pkt` as if it arrived on in0/out0.
+    /// Returns the verdict and the packet as the program left it.
+    pub fn run(&self, side: Side, pkt: &[u8]) -> (u32, Vec<u8>) {
+        self.run_meta(side, pkt, 0)
+    }
+
+    /// Like [`Env::run`], but the first `meta` bytes of `data` are XDP metadata in front of
+    /// the packet (how a frame shorter than an Ethernet header can be tested at all:
+    /// BPF_PROG_TEST_RUN refuses data_in shorter than 14 bytes).
+    pub fn run_meta(&self, side: Side, data: &[u8], meta: usize) -> (u32, Vec<u8>) {
+        let ctx = xdp_md {
+            data: meta as u32,
+            data_end: data.len() as u32,
+            ingress_ifindex: self.ifindex(side),
+            ..Default::default()
+        };
+        let mut ctx_bytes = bytes_of(&ctx).to_vec();
+        let mut out = vec![0u8; data.len() + 512];
+        let input = ProgramInput {
+            context_in: Some(&mut ctx_bytes),
+            data_in: Some(data),
+            data_out: Some(&mut out),
+            ..Default::default()
+        };
+        let o = self.prog(side).test_run(input).expect("expected BPF_PROG_TEST_RUN to succeed");
+        let (rv, n) = (o.return_value, o.data.as_ref().map_or(0, |d| d.len()));
+        out.truncate(n);
+        out.drain(..meta.min(out.len()));
+        (rv, out)
+    }
+
+    /// From the inside (nx_xdp_inside, ingress in0).
+    pub fn inside(&self, pkt: &[u8]) -> (u32, Vec<u8>) {
+        self.run(Side::Inside, pkt)
+    }
+
+    /// From the outside (nx_xdp_outside, ingress out0).
+    pub fn outside(&self, pkt: &[u8]) -> (u32, Vec<u8>) {
+        self.run(Side::Outside, pkt)
+    }
+
+    /// Sends `p` and asserts the verdict; returns the output frame.
+    pub fn expect_verdict(&self, side: Side, p: &[u8], verdict: u32, what: &str) -> Vec<u8> {
+        let (v, out) = self.run(side, p);
+        assert_eq!(
+            verdict_name(v),
+            verdict_name(verdict),
+            "{what}: expected verdict {} ({verdict}), got {} ({v}); counters moved: {}",
+            verdict_name(verdict),
+            verdict_name(v),
+            "(see below)"
+        );
+        out
+    }
+
+    // ---- counters ----
+
+    pub fn stats(&self) -> Vec<u64> {
+        self.dp.tables.stats().expect("expected nx_stats to be readable")
+    }
+
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats()[stat_idx(name)]
+    }
+
+    /// Asserts that, since `before`, every counter listed in `expect` moved by exactly the
+    /// given amount and EVERY other counter did not move at all.
+    pub fn assert_counters(&self, before: &[u64], expect: &[(&str, u64)], what: &str) {
+        let after = self.stats();
+        let mut errs = Vec::new();
+        for (s, name) in STATS {
+            let i = s.0 as usize;
+            let d = after[i].wrapping_sub(before[i]);
+            let want = expect.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+            if d != want {
+                errs.push(format!("{name}: expected +{want}, got +{d}"));
+            }
+        }
+        for (n, _) in expect {
+            assert!(stat_index(n).is_some(), "{what}: no counter named {n}");
+        }
+        assert!(errs.is_empty(), "{what}: counters differ from what was expected: {}", errs.join("; "));
+    }
+
+    /// Asserts the deltas of the listed counters only.
+    pub fn assert_some_counters(&self, before: &[u64], expect: &[(&str, u64)], what: &str) {
+        let after = self.stats();
+        for (n, want) in expect {
+            let i = stat_idx(n);
+            let d = after[i].wrapping_sub(before[i]);
+            assert_eq!(d, *want, "{what}: expected counter {n} to move by +{want}, it moved by +{d}");
+        }
+    }
+
+    // ---- tables ----
+
+    pub fn mappings(&self) -> Vec<(nx_map_key, nx_map)> {
+        self.dp.tables.mappings().expect("expected nx_maps to be readable")
+    }
+
+    pub fn sessions(&self) -> Vec<(nx_sess_key, nx_sess)> {
+        self.dp.tables.sessions().expect("expected nx_sess to be readable")
+    }
+
+    pub fn subscribers(&self) -> Vec<(u32, nx_sub)> {
+        self.dp.tables.subscribers().expect("expected nx_subs to be readable")
+    }
+
+    pub fn subscriber(&self, ip: Ipv4Addr) -> Option<nx_sub> {
+        self.subscribers().into_iter().find(|(k, _)| *k == ip_be(ip)).map(|(_, s)| s)
+    }
+
+    pub fn mapping(&self, ip: Ipv4Addr, port: u16, proto: u8) -> Option<nx_map> {
+        self.dp.tables.mapping(&map_key(ip, port, proto)).expect("expected nx_maps lookup to work")
+    }
+
+    pub fn session(&self, in_ip: Ipv4Addr, in_port: u16, rem: Ipv4Addr, rem_port: u16, proto: u8) -> Option<nx_sess> {
+        self.dp
+            .tables
+            .session(&sess_key(in_ip, in_port, rem, rem_port, proto))
+            .expect("expected nx_sess lookup to work")
+    }
+
+    pub fn port_word(&self, addr_idx: u32, proto: u8, port: u16) -> u64 {
+        self.dp.tables.port_word(addr_idx, proto, port).expect("expected nx_ports to be readable")
+    }
+
+    pub fn block_word(&self, gid: u32) -> u64 {
+        self.dp.tables.block_word(gid).expect("expected nx_blocks to be readable")
+    }
+
+    /// Index of a pool address in the configured pool.
+    pub fn pool_index(&self, ip: Ipv4Addr) -> u32 {
+        self.cfg
+            .pool
+            .addresses
+            .iter()
+            .position(|a| *a == ip)
+            .unwrap_or_else(|| panic!("expected {ip} to be a pool address")) as u32
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.cfg.nat.block_size as u32
+    }
+
+    pub fn blocks_per_addr(&self) -> u32 {
+        self.cfg.block_count_per_addr()
+    }
+
+    /// Outside port range [lo, hi) of global block `gid`, and its pool index.
+    pub fn block_range(&self, gid: u32) -> (u32, u32, u32) {
+        let bpa = self.blocks_per_addr();
+        let addr = gid / bpa;
+        let lo = self.cfg.pool.port_lo as u32 + (gid % bpa) * self.block_size();
+        (addr, lo, lo + self.block_size())
+    }
+
+    /// Global block id of an outside port on pool index `addr`.
+    pub fn block_of(&self, addr: u32, port: u16) -> u32 {
+        addr * self.blocks_per_addr() + (port as u32 - self.cfg.pool.port_lo as u32) / self.block_size()
+    }
+
+    pub fn assert_no_state(&self, what: &str) {
+        let (m, s, u) = (self.mappings().len(), self.sessions().len(), self.subscribers().len());
+        assert!(
+            m == 0 && s == 0 && u == 0,
+            "{what}: expected no mapping, session or subscriber, found {m} mappings, {s} sessions, {u} subscribers"
+        );
+    }
+
+    /// One sweep of the daemon's expiry (the same Sweeper across calls, as in the daemon).
+    pub fn sweep(&self) -> SweepReport {
+        let mut sw = self.sweeper.borrow_mut();
+        if sw.is_none() {
+            *sw = Some(Sweeper::new(&self.dp.tables).expect("expected the sweeper to map nx_ports/nx_blocks"));
+        }
+        let buf = MapHandle::try_from(&self.dp.skel.maps.nx_reap_buf).expect("nx_reap_buf handle");
+        let reaper = Reaper { prog: &self.dp.skel.progs.nx_reap, buf: &buf };
+        sw.as_mut().expect("sweeper").sweep(&self.dp.tables, &reaper).expect("expected the sweep to succeed")
+    }
+
+    /// Sends a first outbound packet of a flow and returns the outside (address, port/id)
+    /// the data plane chose, after checking the verdict is XDP_REDIRECT.
+    pub fn open(&self, p: &Pkt) -> (Ipv4Addr, u16) {
+        let (v, out) = self.inside(&p.build());
+        assert_eq!(
+            v,
+            XDP_REDIRECT,
+            "opening {}: expected XDP_REDIRECT, got {}",
+            p.describe(),
+            verdict_name(v)
+        );
+        (src_ip(&out), sport(&out))
+    }
+}
+
+pub fn stat_idx(name: &str) -> usize {
+    stat_index(name).unwrap_or_else(|| panic!("no counter named {name}"))
+}
+
+pub fn map_key(ip: Ipv4Addr, port: u16, proto: u8) -> nx_map_key {
+    nx_map_key { in_ip: ip_be(ip), in_port: port.to_be(), proto, pad: 0 }
+}
+
+pub fn sess_key(in_ip: Ipv4Addr, in_port: u16, rem: Ipv4Addr, rem_port: u16, proto: u8) -> nx_sess_key {
+    nx_sess_key {
+        in_ip: ip_be(in_ip),
+        rem_ip: ip_be(rem),
+        in_port: in_port.to_be(),
+        rem_port: rem_port.to_be(),
+        proto,
+        pad: [0; 3],
+    }
+}
+
+/// BPF_PROG_TEST_RUN on a raw program fd, for threads that cannot share the skeleton.
+/// The calling thread must be in the test namespace.
+pub fn xdp_run_fd(fd: i32, ifindex: u32, pkt: &[u8]) -> (u32, Vec<u8>) {
+    use libbpf_rs::libbpf_sys;
+    let ctx = xdp_md { data: 0, data_end: pkt.len() as u32, ingress_ifindex: ifindex, ..Default::default() };
+    let mut out = vec![0u8; pkt.len() + 512];
+    // SAFETY: zero is a valid bpf_test_run_opts; every pointer set below outlives the call.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
+    opts.ctx_in = (&ctx as *const xdp_md).cast();
+    opts.ctx_size_in = std::mem::size_of::<xdp_md>() as _;
+    opts.data_in = pkt.as_ptr().cast();
+    opts.data_size_in = pkt.len() as _;
+    opts.data_out = out.as_mut_ptr().cast();
+    opts.data_size_out = out.len() as _;
+    // SAFETY: valid program fd and options.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
+    assert_eq!(rc, 0, "expected BPF_PROG_TEST_RUN to succeed: {}", std::io::Error::last_os_error());
+    out.truncate(opts.data_size_out as usize);
+    (opts.retval, out)
+}
+
+// ---- packets ---------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum L4 {
+    Udp { sport: u16, dport: u16 },
+    Tcp { sport: u16, dport: u16, flags: u8, seq: u32, ack: u32 },
+    Echo { reply: bool, id: u16, seq: u16 },
+    Icmp { typ: u8, code: u8, rest: [u8; 4] },
+    Other { proto: u8 },
+}
+
+/// An Ethernet/IPv4 packet, described by its fields and built with etherparse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pkt {
+    pub smac: [u8; 6],
+    pub dmac: [u8; 6],
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub ttl: u8,
+    pub ident: u16,
+    pub df: bool,
+    pub dscp: u8,
+    pub l4: L4,
+    pub payload: Vec<u8>,
+    /// UDP only: send with checksum 0 ("none").
+    pub udp_no_csum: bool,
+    /// Link-layer padding after the IP packet.
+    pub padding: usize,
+}
+
+impl Pkt {
+    /// A packet from `src` to `dst` as it arrives at the gateway: from the host's MAC to the
+    /// gateway's MAC on the side of `src`.
+    pub fn new(src: Ipv4Addr, dst: Ipv4Addr, l4: L4) -> Pkt {
+        Pkt {
+            smac: mac_of(src),
+            dmac: gw_mac_towards(src),
+            src,
+            dst,
+            ttl: 64,
+            ident: 0x5a17,
+            df: true,
+            dscp: 10,
+            l4,
+            payload: b"natrix".to_vec(),
+            udp_no_csum: false,
+            padding: 0,
+        }
+    }
+
+    pub fn udp(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16) -> Pkt {
+        Pkt::new(src, dst, L4::Udp { sport, dport })
+    }
+
+    pub fn tcp(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, flags: u8) -> Pkt {
+        let mut p = Pkt::new(src, dst, L4::Tcp { sport, dport, flags, seq: 1_000_000, ack: 0 });
+        if flags & ACK != 0 {
+            p = p.ack_no(2_000_001);
+        }
+        if flags & (SYN | FIN | RST) != 0 {
+            p.payload.clear();
+        }
+        p
+    }
+
+    pub fn echo_request(src: Ipv4Addr, dst: Ipv4Addr, id: u16) -> Pkt {
+        Pkt::new(src, dst, L4::Echo { reply: false, id, seq: 7 })
+    }
+
+    pub fn echo_reply(src: Ipv4Addr, dst: Ipv4Addr, id: u16) -> Pkt {
+        Pkt::new(src, dst, L4::Echo { reply: true, id, seq: 7 })
+    }
+
+    pub fn icmp(src: Ipv4Addr, dst: Ipv4Addr, typ: u8, code: u8) -> Pkt {
+        Pkt::new(src, dst, L4::Icmp { typ, code, rest: [0x12, 0x34, 0x00, 0x01] })
+    }
+
+    pub fn other(src: Ipv4Addr, dst: Ipv4Addr, proto: u8) -> Pkt {
+        Pkt::new(src, dst, L4::Other { proto })
+    }
+
+    pub fn payload(mut self, p: &[u8]) -> Pkt {
+        self.payload = p.to_vec();
+        self
+    }
+
+    pub fn ttl(mut self, t: u8) -> Pkt {
+        self.ttl = t;
+        self
+    }
+
+    pub fn no_udp_csum(mut self) -> Pkt {
+        self.udp_no_csum = true;
+        self
+    }
+
+    pub fn padded(mut self, n: usize) -> Pkt {
+        self.padding = n;
+        self
+    }
+
+    pub fn ack_no(mut self, a: u32) -> Pkt {
+        if let L4::Tcp { ack, .. } = &mut self.l4 {
+            *ack = a;
+        }
+        self
+    }
+
+    pub fn seq_no(mut self, s: u32) -> Pkt {
+        if let L4::Tcp { seq, .. } = &mut self.l4 {
+            *seq = s;
+        }
+        self
+    }
+
+    pub fn proto(&self) -> u8 {
+        match self.l4 {
+            L4::Udp { .. } => UDP,
+            L4::Tcp { .. } => TCP,
+            L4::Echo { .. } | L4::Icmp { .. } => ICMP,
+            L4::Other { proto } => proto,
+        }
+    }
+
+    /// Source port (TCP/UDP) or echo identifier.
+    pub fn sport(&self) -> u16 {
+        match self.l4 {
+            L4::Udp { sport, .. } | L4::Tcp { sport, .. } => sport,
+            L4::Echo { id, .. } => id,
+            _ => 0,
+        }
+    }
+
+    /// Destination port (TCP/UDP) or echo identifier.
+    pub fn dport(&self) -> u16 {
+        match self.l4 {
+            L4::Udp { dport, .. } | L4::Tcp { dport, .. } => dport,
+            L4::Echo { id, .. } => id,
+            _ => 0,
+        }
+    }
+
+    /// The same packet with a new source address and port (echo: identifier).
+    pub fn with_src(mut self, ip: Ipv4Addr, port: u16) -> Pkt {
+        self.src = ip;
+        match &mut self.l4 {
+            L4::Udp { sport, .. } | L4::Tcp { sport, .. } => *sport = port,
+            L4::Echo { id, .. } => *id = port,
+            _ => {}
+        }
+        self
+    }
+
+    /// The same packet with a new destination address and port (echo: identifier).
+    pub fn with_dst(mut self, ip: Ipv4Addr, port: u16) -> Pkt {
+        self.dst = ip;
+        match &mut self.l4 {
+            L4::Udp { dport, .. } | L4::Tcp { dport, .. } => *dport = port,
+            L4::Echo { id, .. } => *id = port,
+            _ => {}
+        }
+        self
+    }
+
+    /// The same packet as the gateway forwards it: TTL - 1, from the gateway's MAC on the
+    /// side of the destination to the destination's MAC.
+    pub fn forwarded(mut self) -> Pkt {
+        self.ttl -= 1;
+        self.smac = gw_mac_towards(self.dst);
+        self.dmac = mac_of(self.dst);
+        self
+    }
+
+    pub fn describe(&self) -> String {
+        let l4 = match &self.l4 {
+            L4::Udp { sport, dport } => format!("UDP {}:{sport} -> {}:{dport}", self.src, self.dst),
+            L4::Tcp { sport, dport, flags, .. } => {
+                format!("TCP {}:{sport} -> {}:{dport} flags {flags:#04x}", self.src, self.dst)
+            }
+            L4::Echo { reply, id, .. } => format!(
+                "ICMP echo {} {} -> {} id {id}",
+                if *reply { "reply" } else { "request" },
+                self.src,
+                self.dst
+            ),
+            L4::Icmp { typ, code, .. } => format!("ICMP {typ}/{code} {} -> {}", self.src, self.dst),
+            L4::Other { proto } => format!("IP proto {proto} {} -> {}", self.src, self.dst),
+        };
+        format!("{l4} ttl {}", self.ttl)
+    }
+
+    /// The frame, every length and checksum computed by etherparse.
+    pub fn build(&self) -> Vec<u8> {
+        let ip = Ipv4Header {
+            source: self.src.octets(),
+            destination: self.dst.octets(),
+            time_to_live: self.ttl,
+            identification: self.ident,
+            dont_fragment: self.df,
+            dscp: Ipv4Dscp::try_new(self.dscp).expect("dscp"),
+            ..Default::default()
+        };
+        let b = PacketBuilder::ethernet2(self.smac, self.dmac).ip(IpHeaders::Ipv4(ip, Default::default()));
+        let mut out = Vec::new();
+        let pl = &self.payload;
+        match &self.l4 {
+            L4::Udp { sport, dport } => b.udp(*sport, *dport).write(&mut out, pl),
+            L4::Tcp { sport, dport, flags, seq, ack } => {
+                let mut h = TcpHeader::new(*sport, *dport, *seq, 64240);
+                h.fin = flags & FIN != 0;
+                h.syn = flags & SYN != 0;
+                h.rst = flags & RST != 0;
+                h.psh = flags & PSH != 0;
+                h.ack = flags & ACK != 0;
+                h.acknowledgment_number = *ack;
+                b.tcp_header(h).write(&mut out, pl)
+            }
+            L4::Echo { reply: false, id, seq } => b.icmpv4_echo_request(*id, *seq).write(&mut out, pl),
+            L4::Echo { reply: true, id, seq } => b.icmpv4_echo_reply(*id, *seq).write(&mut out, pl),
+            L4::Icmp { typ, code, rest } => {
+                b.icmpv4(Icmpv4Type::Unknown { type_u8: *typ, code_u8: *code, bytes5to8: *rest }).write(&mut out, pl)
+            }
+            L4::Other { proto } => b.write(&mut out, IpNumber(*proto), pl),
+        }
+        .expect("expected etherparse to build the packet");
+        if self.udp_no_csum {
+            assert!(matches!(self.l4, L4::Udp { .. }), "no_udp_csum on a non-UDP packet");
+            let o = l4_off(&out);
+            out[o + 6] = 0;
+            out[o + 7] = 0;
+        }
+        out.resize(out.len() + self.padding, 0);
+        out
+    }
+}
+
+// ---- reading frames --------------------------------------------------------------------------
+
+pub const ETH_LEN: usize = 14;
+
+pub fn ihl(f: &[u8]) -> usize {
+    ((f[ETH_LEN] & 0x0f) as usize) * 4
+}
+
+pub fn l4_off(f: &[u8]) -> usize {
+    ETH_LEN + ihl(f)
+}
+
+pub fn ip_proto(f: &[u8]) -> u8 {
+    f[ETH_LEN + 9]
+}
+
+pub fn ip_tot_len(f: &[u8]) -> usize {
+    u16::from_be_bytes([f[ETH_LEN + 2], f[ETH_LEN + 3]]) as usize
+}
+
+pub fn src_ip(f: &[u8]) -> Ipv4Addr {
+    Ipv4Addr::new(f[26], f[27], f[28], f[29])
+}
+
+pub fn dst_ip(f: &[u8]) -> Ipv4Addr {
+    Ipv4Addr::new(f[30], f[31], f[32], f[33])
+}
+
+fn be16(f: &[u8], o: usize) -> u16 {
+    u16::from_be_bytes([f[o], f[o + 1]])
+}
+
+/// TCP/UDP source port, or the ICMP identifier.
+pub fn sport(f: &[u8]) -> u16 {
+    let o = l4_off(f);
+    if ip_proto(f) == ICMP {
+        be16(f, o + 4)
+    } else {
+        be16(f, o)
+    }
+}
+
+/// TCP/UDP destination port, or the ICMP identifier.
+pub fn dport(f: &[u8]) -> u16 {
+    let o = l4_off(f);
+    if ip_proto(f) == ICMP {
+        be16(f, o + 4)
+    } else {
+        be16(f, o + 2)
+    }
+}
+
+pub fn l4_csum(f: &[u8]) -> u16 {
+    let o = l4_off(f);
+    match ip_proto(f) {
+        TCP => be16(f, o + 16),
+        UDP => be16(f, o + 6),
+        _ => be16(f, o + 2),
+    }
+}
+
+/// Recomputes the IPv4 header checksum of a hand-modified frame (over IHL*4 bytes, or
+/// what is there of them).
+pub fn fix_ip_csum(f: &mut [u8]) {
+    let end = (ETH_LEN + ihl(f)).min(f.len());
+    f[ETH_LEN + 10] = 0;
+    f[ETH_LEN + 11] = 0;
+    let c = !csum_fold(csum_add(0, &f[ETH_LEN..end]));
+    f[ETH_LEN + 10..ETH_LEN + 12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Sets the IPv4 total length and fixes the header checksum.
+pub fn set_tot_len(f: &mut [u8], len: u16) {
+    f[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&len.to_be_bytes());
+    fix_ip_csum(f);
+}
+
+// ---- an independent one's-complement checksum -------------------------------------------------
+
+/// Adds `data` as big-endian 16-bit words (an odd last byte padded with zero) to `sum`.
+pub fn csum_add(mut sum: u64, data: &[u8]) -> u64 {
+    let mut it = data.chunks_exact(2);
+    for w in &mut it {
+        sum += u16::from_be_bytes([w[0], w[1]]) as u64;
+    }
+    if let [b] = it.remainder() {
+        sum += (*b as u64) << 8;
+    }
+    sum
+}
+
+/// Folds carries back in until 16 bits remain (not complemented).
+pub fn csum_fold(mut sum: u64) -> u16 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Whether the IPv4 header checksum verifies: the header sums to 0xffff.
+pub fn ip_csum_ok(f: &[u8]) -> bool {
+    csum_fold(csum_add(0, &f[ETH_LEN..ETH_LEN + ihl(f)])) == 0xffff
+}
+
+/// Whether the TCP/UDP/ICMP checksum verifies over the L4 bytes the IP total length covers
+/// (TCP and UDP with the pseudo-header). A UDP checksum of 0 means "none" and passes.
+pub fn l4_csum_ok(f: &[u8]) -> bool {
+    let o = l4_off(f);
+    let end = ETH_LEN + ip_tot_len(f);
+    let l4 = &f[o..end];
+    let proto = ip_proto(f);
+    let mut sum = 0u64;
+    match proto {
+        TCP | UDP => {
+            if proto == UDP && l4_csum(f) == 0 {
+                return true;
+            }
+            let len = if proto == UDP { be16(f, o + 4) as usize } else { l4.len() };
+            sum = csum_add(sum, &f[26..34]);
+            sum += proto as u64 + len as u64;
+            sum = csum_add(sum, &l4[..len]);
+        }
+        ICMP => sum = csum_add(sum, l4),
+        _ => return true,
+    }
+    csum_fold(sum) == 0xffff
+}
+
+/// Asserts that both checksums of a frame verify, independently of etherparse.
+pub fn assert_csums(f: &[u8], what: &str) {
+    assert!(ip_csum_ok(f), "{what}: expected a valid IPv4 header checksum, got {:#06x}", be16(f, ETH_LEN + 10));
+    assert!(l4_csum_ok(f), "{what}: expected a valid L4 checksum (proto {}), got {:#06x}", ip_proto(f), l4_csum(f));
+}
+
+// ---- comparing frames ---------------------------------------------------------------------------
+
+fn field_at(f: &[u8], off: usize) -> String {
+    if off < 6 {
+        return "eth dst".into();
+    }
+    if off < 12 {
+        return "eth src".into();
+    }
+    if off < 14 {
+        return "ethertype".into();
+    }
+    if f.len() < ETH_LEN + 20 {
+        return format!("byte {off}");
+    }
+    let h = ihl(f);
+    if off < ETH_LEN + h {
+        let names = [
+            "ip ver/ihl", "ip tos", "ip tot_len", "ip tot_len", "ip id", "ip id", "ip frag", "ip frag", "ip ttl",
+            "ip proto", "ip csum", "ip csum", "ip saddr", "ip saddr", "ip saddr", "ip saddr", "ip daddr",
+            "ip daddr", "ip daddr", "ip daddr",
+        ];
+        return names.get(off - ETH_LEN).copied().unwrap_or("ip options").into();
+    }
+    let r = off - ETH_LEN - h;
+    let name = match (ip_proto(f), r) {
+        (TCP | UDP, 0 | 1) => "sport",
+        (TCP | UDP, 2 | 3) => "dport",
+        (TCP, 16 | 17) => "tcp csum",
+        (UDP, 4 | 5) => "udp len",
+        (UDP, 6 | 7) => "udp csum",
+        (ICMP, 0) => "icmp type",
+        (ICMP, 2 | 3) => "icmp csum",
+        (ICMP, 4 | 5) => "icmp id",
+        _ => "l4",
+    };
+    format!("{name} (l4 byte {r})")
+}
+
+pub fn hex(f: &[u8]) -> String {
+    f.chunks(16)
+        .map(|c| c.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n  ")
+}
+
+/// Asserts two frames are identical byte for byte, naming the first differing field.
+pub fn assert_frame_eq(actual: &[u8], expected: &[u8], what: &str) {
+    if actual == expected {
+        return;
+    }
+    let first = actual.iter().zip(expected).position(|(a, b)| a != b).unwrap_or(actual.len().min(expected.len()));
+    panic!(
+        "{what}: expected the output frame to equal the rebuilt one; first difference at byte {first} ({}), \
+         lengths {} (got) / {} (expected)\n got:\n  {}\n expected:\n  {}",
+        field_at(expected, first),
+        actual.len(),
+        expected.len(),
+        hex(actual),
+        hex(expected)
+    );
+}

@@ -1,0 +1,563 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! End to end, with real traffic: the `natrix` binary runs in a gateway namespace between two
+//! subscriber namespaces and a server namespace (tests/common/netns.rs), and every test checks
+//! what actually arrived, what the far end saw as the peer address, and the state natrix
+//! shows afterwards.
+//!
+//! Needs root (namespaces, XDP, bpffs). Run: `cargo test --release --test netns -- --test-threads=2`
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use common::netns::*;
+
+const MB: u64 = 1 << 20;
+
+fn assert_pool(a: SocketAddrV4, what: &str) {
+    assert!(is_pool(*a.ip()), "{what}: {a} is not a pool address");
+    assert!(!is_subscriber(*a.ip()), "{what}: {a} is a subscriber address (not translated)");
+}
+
+/// RFC 4787 REQ-5 as configured (nat.port_parity defaults to true) for TCP and UDP.
+fn assert_parity(inside: SocketAddrV4, outside: SocketAddrV4) {
+    assert_eq!(
+        inside.port() % 2,
+        outside.port() % 2,
+        "port parity not preserved: inside {inside} -> outside {outside}"
+    );
+}
+
+fn no_xdp_anywhere(t: &Topo) {
+    for dev in ["lan0", "lan1", "wan0"] {
+        let l = t.gw_link(dev);
+        assert!(!l.contains("xdp"), "{dev} still has an XDP program:\n{l}");
+    }
+}
+
+fn started(t: &mut Topo, conf: &Conf) -> std::path::PathBuf {
+    let cfg = t.write_config("natrix.toml", &conf.render());
+    t.start_daemon(&cfg);
+    cfg
+}
+
+fn started_default(t: &mut Topo) -> std::path::PathBuf {
+    let conf = t.conf();
+    started(t, &conf)
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. ICMP
+
+#[test]
+fn ping_from_both_subscribers_is_translated() {
+    let mut t = Topo::new();
+    started_default(&mut t);
+    for dev in ["lan0", "lan1", "wan0"] {
+        assert!(t.xdp_attached(dev), "no XDP on {dev}:\n{}", t.gw_link(dev));
+    }
+    let (s1, s2) = (t.s1.clone(), t.s2.clone());
+    for ns in [&s1, &s2] {
+        assert_eq!(ping(ns, SERVER_IP, 3), 3, "{ns}: ping through natrix lost replies");
+    }
+
+    let sess = t.sessions();
+    let icmp: Vec<&Session> = sess.iter().filter(|s| s.proto == "icmp").collect();
+    assert_eq!(icmp.len(), 2, "expected one icmp session per subscriber: {sess:#?}");
+    for sub in [SUB1_IP, SUB2_IP] {
+        let s = icmp
+            .iter()
+            .find(|s| *s.inside_addr().ip() == sub)
+            .unwrap_or_else(|| panic!("no icmp session of {sub}: {sess:#?}"));
+        assert_pool(s.outside_addr(), "icmp session outside");
+        assert_eq!(s.remote.split(':').next(), Some("198.51.100.2"), "{s:?}");
+        assert_eq!(s.direction, "out", "{s:?}");
+        assert_eq!(s.state, "active", "{s:?}");
+        assert!(s.expires_in > 0 && s.expires_in <= 60, "icmp timeout is 60s: {s:?}");
+    }
+    assert_ne!(icmp[0].outside, icmp[1].outside, "two subscribers share one outside endpoint");
+
+    let st = t.stats();
+    assert!(st.counter("translated_out") >= 6, "{:?}", st.0);
+    assert!(st.counter("translated_in") >= 6, "{:?}", st.0);
+    assert_eq!(st.get("subscribers"), 2, "{:?}", st.0);
+    assert_eq!(st.get("mappings"), 2, "{:?}", st.0);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. TCP
+
+#[test]
+fn tcp_request_response_and_bulk_from_both_subscribers() {
+    let mut t = Topo::new();
+    started_default(&mut t);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    let subs = [(t.s1.clone(), SUB1_IP), (t.s2.clone(), SUB2_IP)];
+
+    // both subscribers at once: request/response, 20 MB down, 5 MB up
+    let results: Vec<(TcpClient, SocketAddrV4)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = subs
+            .iter()
+            .map(|(ns, ip)| {
+                let to = server.addr;
+                sc.spawn(move || {
+                    let mut c = TcpClient::connect(ns, to);
+                    assert_eq!(*c.local.ip(), *ip);
+                    let seen = c.who();
+                    let started = Instant::now();
+                    c.get(20 * MB);
+                    let seen_up = c.put(5 * MB);
+                    assert_eq!(seen_up, seen, "the server saw the same connection from two addresses");
+                    eprintln!("{ns}: 25 MB in {:?}", started.elapsed());
+                    (c, seen)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+
+    for (c, seen) in &results {
+        assert_pool(*seen, "address the server saw");
+        assert_parity(c.local, *seen);
+    }
+    assert_ne!(results[0].1, results[1].1, "two connections share one outside endpoint");
+
+    let sess = t.sessions();
+    for (c, seen) in &results {
+        let s = sess
+            .iter()
+            .find(|s| s.proto == "tcp" && s.inside_addr() == c.local)
+            .unwrap_or_else(|| panic!("no tcp session for {}: {sess:#?}", c.local));
+        assert_eq!(s.outside_addr(), *seen, "sessions shows another outside endpoint than the server saw");
+        assert_eq!(v4(&s.remote), server.addr, "{s:?}");
+        assert_eq!(s.state, "established", "{s:?}");
+        assert_eq!(s.direction, "out", "{s:?}");
+        assert!(s.expires_in > 7000, "an established session gets tcp_established (2h4m): {s:?}");
+    }
+
+    // orderly close: FINs both ways are seen by the state machine
+    let locals: Vec<SocketAddrV4> = results.iter().map(|(c, _)| c.local).collect();
+    for (c, _) in results {
+        c.close();
+    }
+    wait_for("both tcp sessions in fin_both", Duration::from_secs(3), Duration::from_millis(100), || {
+        let sess = t.sessions();
+        locals
+            .iter()
+            .all(|l| sess.iter().any(|s| s.proto == "tcp" && s.inside_addr() == *l && s.state == "fin_both"))
+            .then_some(())
+    });
+    let st = t.stats();
+    assert_eq!(st.get("subscribers"), 2, "{:?}", st.0);
+    assert!(st.counter("translated_out") > 1000 && st.counter("translated_in") > 1000, "{:?}", st.0);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. UDP
+
+#[test]
+fn udp_both_ways_endpoint_independent_filtering_and_unsolicited_drop() {
+    let mut t = Topo::new();
+    started_default(&mut t);
+    let any = SocketAddrV4::new(SERVER_IP, 0);
+    let a = udp_socket(&t.srv, any, Duration::from_secs(2));
+    let b = udp_socket(&t.srv, any, Duration::from_secs(2));
+    let (a_addr, b_addr) = (v4_of(a.local_addr().unwrap()), v4_of(b.local_addr().unwrap()));
+
+    let mut outside = Vec::new();
+    let mut clients = Vec::new();
+    for (ns, ip) in [(t.s1.clone(), SUB1_IP), (t.s2.clone(), SUB2_IP)] {
+        let c = udp_socket(&ns, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), Duration::from_secs(2));
+        let local = SocketAddrV4::new(ip, v4_of(c.local_addr().unwrap()).port());
+        let hello = format!("hello from {ns}");
+        c.send_to(hello.as_bytes(), a_addr).unwrap();
+        let (d, from) = udp_recv(&a).unwrap_or_else(|| panic!("server got nothing from {ns}"));
+        assert_eq!(d, hello.as_bytes());
+        assert_pool(from, "UDP source the server saw");
+        assert_parity(local, from);
+
+        // the answer to the address:port the server saw reaches the subscriber
+        a.send_to(b"reply", from).unwrap();
+        let (d, src) = udp_recv(&c).unwrap_or_else(|| panic!("{ns}: no reply through {from}"));
+        assert_eq!((d.as_slice(), src), (&b"reply"[..], a_addr));
+
+        // endpoint-independent filtering: another server port may use the mapping
+        b.send_to(b"from another port", from).unwrap();
+        let (d, src) =
+            udp_recv(&c).unwrap_or_else(|| panic!("{ns}: datagram from a second server port not delivered"));
+        assert_eq!((d.as_slice(), src), (&b"from another port"[..], b_addr));
+
+        // the mapping is stable: a second datagram leaves from the same outside endpoint
+        c.send_to(b"again", a_addr).unwrap();
+        let (_, from2) = udp_recv(&a).unwrap_or_else(|| panic!("server got no second datagram from {ns}"));
+        assert_eq!(from2, from, "{ns}: mapping changed between two datagrams");
+        outside.push((local, from));
+        clients.push(c);
+    }
+    assert_ne!(outside[0].1, outside[1].1, "two subscribers share one outside endpoint");
+
+    // sessions: per subscriber one outbound (to a) and one inbound (from b)
+    let sess = t.sessions();
+    for (local, out) in &outside {
+        let mine: Vec<&Session> =
+            sess.iter().filter(|s| s.proto == "udp" && s.inside_addr() == *local).collect();
+        assert_eq!(mine.len(), 2, "{local}: {sess:#?}");
+        for s in &mine {
+            assert_eq!(s.outside_addr(), *out, "{s:?}");
+        }
+        let to_a = mine.iter().find(|s| v4(&s.remote) == a_addr).expect("session to server port a");
+        assert_eq!(to_a.direction, "out", "{to_a:?}");
+        let from_b = mine.iter().find(|s| v4(&s.remote) == b_addr).expect("session from server port b");
+        assert_eq!(from_b.direction, "in", "{from_b:?}");
+    }
+
+    // unsolicited: a pool address and port without a mapping
+    let before = t.stats().drop_count("no_mapping");
+    let (_, out1) = outside[0];
+    let unmapped = [
+        SocketAddrV4::new(*out1.ip(), out1.port() ^ 2),
+        SocketAddrV4::new(*out1.ip(), out1.port() ^ 4),
+        SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 40), 40_000),
+    ];
+    for to in unmapped {
+        a.send_to(b"unsolicited", to).unwrap();
+    }
+    for c in &clients {
+        let got = udp_drain(c, Duration::from_millis(500));
+        assert!(got.is_empty(), "unsolicited datagrams arrived: {got:?}");
+    }
+    let after =
+        wait_for("no_mapping drops counted", Duration::from_secs(2), Duration::from_millis(100), || {
+            let n = t.stats().drop_count("no_mapping");
+            (n >= before + 3).then_some(n)
+        });
+    assert!(after >= 3, "drops.no_mapping = {after}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. expiry
+
+#[test]
+fn idle_state_expires_and_active_flows_stay() {
+    let mut t = Topo::new();
+    let mut conf = t.conf();
+    conf.set("timeouts.udp", r#""2s""#)
+        .set("timeouts.icmp", r#""2s""#)
+        .set("timeouts.tcp_transitory", r#""2s""#)
+        .set("timeouts.port_hold_down", r#""1s""#)
+        .set("daemon.sweep_interval", r#""200ms""#);
+    started(&mut t, &conf);
+    let (s1, s2) = (t.s1.clone(), t.s2.clone());
+
+    // short-lived traffic of every kind: ping, one UDP datagram, a closed TCP connection
+    assert_eq!(ping(&s1, SERVER_IP, 2), 2);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    let mut c = TcpClient::connect(&s2, server.addr);
+    assert_pool(c.who(), "tcp peer");
+    c.close();
+    let sink = udp_socket(&t.srv, SocketAddrV4::new(SERVER_IP, 0), Duration::from_secs(2));
+    let sink_addr = v4_of(sink.local_addr().unwrap());
+    let one = udp_socket(&s2, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), Duration::from_secs(1));
+    one.send_to(b"one", sink_addr).unwrap();
+    assert!(udp_recv(&sink).is_some());
+    let protos: Vec<String> = t.sessions().into_iter().map(|s| s.proto).collect();
+    for p in ["icmp", "tcp", "udp"] {
+        assert!(protos.iter().any(|x| x == p), "no {p} session: {protos:?}");
+    }
+
+    // a flow that keeps sending every 0.5 s for 4.5 s outlives the 2 s timeout, always with
+    // the same outside endpoint
+    let flow = udp_socket(&s1, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), Duration::from_secs(1));
+    let flow_local = SocketAddrV4::new(SUB1_IP, v4_of(flow.local_addr().unwrap()).port());
+    let mut flow_out = None;
+    for i in 0..10 {
+        flow.send_to(format!("keepalive {i}").as_bytes(), sink_addr).unwrap();
+        let (_, from) = udp_recv(&sink).unwrap_or_else(|| panic!("keepalive {i} lost"));
+        assert_pool(from, "keepalive source");
+        assert_eq!(*flow_out.get_or_insert(from), from, "the active flow's mapping changed at {i}");
+        if i == 9 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let flow_out = flow_out.unwrap();
+    // by now everything else idled for > 4 s
+    let sess = t.sessions();
+    assert_eq!(sess.len(), 1, "only the active flow should be left: {sess:#?}");
+    assert_eq!((sess[0].proto.as_str(), sess[0].inside_addr()), ("udp", flow_local), "{sess:#?}");
+    assert_eq!(sess[0].outside_addr(), flow_out);
+    assert_eq!(t.stats().get("mappings"), 1);
+
+    // the flow stops: its state goes too, then ports (after hold-down), blocks, subscribers
+    let stopped = Instant::now();
+    wait_for("sessions and mappings to expire", Duration::from_secs(5), Duration::from_millis(100), || {
+        let st = t.stats();
+        (t.sessions().is_empty() && st.get("mappings") == 0).then_some(())
+    });
+    let took = stopped.elapsed();
+    assert!(took >= Duration::from_millis(800), "the flow expired {took:?} after its last packet (udp = 2s)");
+    wait_for(
+        "ports, blocks and subscribers released",
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+        || {
+            let st = t.stats();
+            (st.get("ports_in_use") == 0 && st.get("blocks_in_use") == 0 && st.get("subscribers") == 0)
+                .then_some(())
+        },
+    );
+    assert!(t.daemon_log().contains("expired"), "the daemon logged no expiry:\n{}", t.daemon_log());
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. restart
+
+fn restart_keeps_live_tcp(sig: libc::c_int) {
+    let mut t = Topo::new();
+    let cfg = started_default(&mut t);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    let mut c = TcpClient::connect(&t.s1, server.addr);
+    let out0 = c.who();
+    assert_pool(out0, "peer before the restart");
+    assert_eq!(c.get(MB), c.get(MB));
+    let session_of = |t: &Topo, local: SocketAddrV4| {
+        let sess = t.sessions();
+        sess.iter()
+            .find(|s| s.proto == "tcp" && s.inside_addr() == local)
+            .cloned()
+            .unwrap_or_else(|| panic!("no tcp session of {local}: {sess:#?}"))
+    };
+    let s0 = session_of(&t, c.local);
+    assert_eq!((s0.outside_addr(), s0.state.as_str()), (out0, "established"));
+
+    let st = t.stop_daemon(sig);
+    if sig == libc::SIGKILL {
+        assert_eq!(st.signal(), Some(libc::SIGKILL), "{st}");
+    } else {
+        assert_eq!(st.code(), Some(0), "natrix run must exit 0 on signal {sig}:\n{}", t.daemon_log());
+        assert!(t.daemon_log().contains("stopping"), "{}", t.daemon_log());
+    }
+
+    // no daemon: still attached, still translating, state still readable
+    for dev in ["lan0", "lan1", "wan0"] {
+        assert!(t.xdp_attached(dev), "{dev} lost its XDP program when the daemon stopped");
+    }
+    assert_eq!(c.who(), out0, "without a daemon the connection shows another outside endpoint");
+    c.get(2 * MB);
+    assert_eq!(c.put(2 * MB), out0);
+    assert_eq!(session_of(&t, c.local).outside_addr(), out0);
+
+    // the new daemon takes over the running data plane
+    let t0 = Instant::now();
+    let log = t.start_daemon(&cfg);
+    let ready_in = t0.elapsed();
+    assert!(ready_in < Duration::from_secs(5), "takeover took {ready_in:?}");
+    assert!(log.contains("takeover=true"), "the log does not say it took over:\n{log}");
+    assert!(log.contains("program replaced"), "the links were not switched in place:\n{log}");
+
+    assert_eq!(c.who(), out0, "after the restart the connection shows another outside endpoint");
+    c.get(2 * MB);
+    assert_eq!(c.put(2 * MB), out0);
+    let s2 = session_of(&t, c.local);
+    assert_eq!((s2.outside_addr(), s2.state.as_str()), (out0, "established"), "{s2:?}");
+    assert_eq!(v4(&s2.remote), server.addr);
+
+    // and new connections are still translated
+    let mut c2 = TcpClient::connect(&t.s2, server.addr);
+    assert_pool(c2.who(), "peer of a new connection after the restart");
+    c2.close();
+    c.close();
+    let st = t.stats();
+    assert_eq!(st.drop_count("tcp_no_syn"), 0, "{:?}", st.0);
+}
+
+#[test]
+fn restart_after_sigterm_keeps_a_live_tcp_connection() {
+    restart_keeps_live_tcp(libc::SIGTERM);
+}
+
+#[test]
+fn restart_after_crash_keeps_a_live_tcp_connection() {
+    restart_keeps_live_tcp(libc::SIGKILL);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. configuration errors
+
+#[test]
+fn config_errors_leave_nothing_attached() {
+    let t = Topo::new();
+
+    // check on a good file
+    let good = t.write_config("good.toml", &t.conf().render());
+    let out = t.natrix(&["check", "--config", good.to_str().unwrap()]);
+    assert!(out.status.success(), "check of a good config: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"), "{out:?}");
+
+    // a bad value: status 2, the key named, nothing attached, nothing pinned
+    let mut conf = t.conf();
+    conf.set("nat.block_size", "3");
+    let bad = t.write_config("bad.toml", &conf.render());
+    let out = t.natrix(&["check", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "check of a bad config: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nat.block_size"), "{out:?}");
+    let (st, err) = t.run_expect_exit(&bad);
+    assert_eq!(st.code(), Some(2), "natrix run with a bad key: {st}\n{err}");
+    assert!(err.contains("nat.block_size"), "the message does not name the key:\n{err}");
+    no_xdp_anywhere(&t);
+    assert!(!t.pin.exists(), "a bad config left {} behind", t.pin.display());
+
+    // a missing interface
+    let mut conf = t.conf();
+    conf.set("interfaces.inside", r#"["lan0", "nope0"]"#);
+    let missing = t.write_config("missing.toml", &conf.render());
+    let (st, err) = t.run_expect_exit(&missing);
+    assert!(!st.success(), "natrix run with a missing interface succeeded: {err}");
+    assert!(err.contains("nope0"), "the message does not name the interface:\n{err}");
+    no_xdp_anywhere(&t);
+    assert!(!t.pin.exists(), "a missing interface left {} behind", t.pin.display());
+}
+
+#[test]
+fn attach_failure_midway_rolls_back() {
+    let mut t = Topo::new();
+    // another instance (its own pin directory) owns lan1
+    let other_pin = std::path::PathBuf::from(format!("{}-other", t.pin.display()));
+    t.add_cleanup_pin(&other_pin);
+    let mut other = t.conf();
+    other
+        .set("interfaces.inside", r#"["lan1"]"#)
+        .set("daemon.pin_path", &format!("{:?}", other_pin.display().to_string()));
+    started(&mut t, &other);
+    assert!(t.xdp_attached("lan1") && !t.xdp_attached("lan0"));
+
+    // ours wants lan0 and lan1: lan0 attaches, lan1 is busy
+    let ours = t.write_config("ours.toml", &t.conf().render());
+    let (st, err) = t.run_expect_exit(&ours);
+    assert!(!st.success(), "{err}");
+    assert!(err.contains("lan1"), "the message does not name the busy interface:\n{err}");
+    assert!(!t.xdp_attached("lan0"), "lan0 stayed attached after the failed start:\n{}", t.gw_link("lan0"));
+    assert!(!t.pin.exists(), "the failed start left {} behind", t.pin.display());
+
+    // the other instance is untouched and still translates
+    assert!(t.xdp_attached("lan1") && t.xdp_attached("wan0"));
+    assert_eq!(ping(&t.s2.clone(), SERVER_IP, 2), 2);
+    assert!(other_pin.join("nx_cfg").exists());
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. natrix down
+
+fn udp_sources_seen(t: &Topo, ns: &str, n: usize) -> (SocketAddrV4, Vec<SocketAddrV4>) {
+    let sink = udp_socket(&t.srv, SocketAddrV4::new(SERVER_IP, 0), Duration::from_secs(1));
+    let to = v4_of(sink.local_addr().unwrap());
+    let c = udp_socket(ns, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), Duration::from_secs(1));
+    let local = SocketAddrV4::new(t.ip_of(ns), v4_of(c.local_addr().unwrap()).port());
+    for i in 0..n {
+        c.send_to(format!("probe {i}").as_bytes(), to).unwrap();
+    }
+    let got = udp_drain(&sink, Duration::from_millis(700));
+    (local, got.into_iter().map(|(_, from)| from).collect())
+}
+
+fn assert_down(t: &Topo) {
+    let out = t.natrix(&["down", "--pin", &t.pin_str()]);
+    assert!(out.status.success(), "natrix down: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("removed 0 "), "natrix down removed nothing: {text}");
+    no_xdp_anywhere(t);
+    assert!(!t.pin.exists(), "natrix down left {}", t.pin.display());
+    // nothing translates any more: what arrives (the kernel still routes) is untranslated
+    let (local, seen) = udp_sources_seen(t, &t.s1, 3);
+    for from in &seen {
+        assert!(!is_pool(*from.ip()), "a datagram was still translated after natrix down: {from}");
+        assert_eq!(*from, local, "unexpected source after natrix down");
+    }
+    let out = t.natrix(&["sessions", "--json", "--pin", &t.pin_str()]);
+    assert!(!out.status.success(), "sessions after down should fail: {out:?}");
+}
+
+#[test]
+fn down_detaches_everything_and_removes_pins() {
+    let mut t = Topo::new();
+    let cfg = started_default(&mut t);
+    let (local, seen) = udp_sources_seen(&t, &t.s1, 3);
+    assert_eq!(seen.len(), 3, "UDP through natrix lost datagrams");
+    assert!(seen.iter().all(|f| is_pool(*f.ip()) && f.port() % 2 == local.port() % 2), "{seen:?}");
+
+    // the usual way: stop the daemon (the data plane keeps running), then down
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+    let (_, seen) = udp_sources_seen(&t, &t.s1, 1);
+    assert!(seen.len() == 1 && is_pool(*seen[0].ip()), "not translated without a daemon: {seen:?}");
+    assert_down(&t);
+
+    // down while a daemon is still running detaches too; a fresh start works afterwards
+    let log = t.start_daemon(&cfg);
+    assert!(log.contains("takeover=false"), "after down the next start must be fresh:\n{log}");
+    let (_, seen) = udp_sources_seen(&t, &t.s2, 1);
+    assert!(seen.len() == 1 && is_pool(*seen[0].ip()), "not translated after a fresh start: {seen:?}");
+    assert_down(&t);
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. human-readable output
+
+#[test]
+fn sessions_and_stats_print_tables() {
+    let mut t = Topo::new();
+    started_default(&mut t);
+    assert_eq!(ping(&t.s1.clone(), SERVER_IP, 1), 1);
+    let sink = udp_socket(&t.srv, SocketAddrV4::new(SERVER_IP, 0), Duration::from_secs(2));
+    let c = udp_socket(&t.s2, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), Duration::from_secs(2));
+    c.send_to(b"x", sink.local_addr().unwrap()).unwrap();
+    assert!(udp_recv(&sink).is_some());
+
+    let rows = t.sessions();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let text = t.natrix_ok(&["sessions", "--pin", &t.pin_str()]);
+    let lines: Vec<&str> = text.lines().collect();
+    let head: Vec<&str> = lines.first().map(|l| l.split_whitespace().collect()).unwrap_or_default();
+    assert!(head.len() >= 5, "no header line:\n{text}");
+    assert_eq!(&head[..5], ["PROTO", "INSIDE", "OUTSIDE", "REMOTE", "STATE"], "header:\n{text}");
+    for r in &rows {
+        let n = lines
+            .iter()
+            .filter(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() >= 5 && w[..5] == [&r.proto, &r.inside, &r.outside, &r.remote, &r.state]
+            })
+            .count();
+        assert_eq!(n, 1, "session {r:?} is not one line of:\n{text}");
+    }
+    let body = lines[1..].iter().filter(|l| l.starts_with("icmp") || l.starts_with("udp")).count();
+    assert_eq!(body, rows.len(), "one line per session:\n{text}");
+
+    let js = t.stats();
+    let text = t.natrix_ok(&["stats", "--pin", &t.pin_str()]);
+    let counters = text.find("counters:").unwrap_or_else(|| panic!("no counters section:\n{text}"));
+    let drops = text.find("drops").unwrap_or_else(|| panic!("no drops section:\n{text}"));
+    assert!(counters < drops, "{text}");
+    let value_of = |section: &str, name: &str| -> u64 {
+        section
+            .lines()
+            .find_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w.len() == 2 && w[0] == name).then(|| w[1].parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"))
+    };
+    let (csec, dsec) = (&text[counters..drops], &text[drops..]);
+    for name in ["translated_out", "translated_in", "mappings_created", "rx_inside"] {
+        // counters only grow: the text may be a little newer than the JSON
+        assert!(value_of(csec, name) >= js.counter(name), "{name}:\n{text}");
+    }
+    assert!(value_of(csec, "translated_out") >= 2, "{text}");
+    for name in ["no_mapping", "filtered", "table_full", "pool_exhausted"] {
+        assert_eq!(value_of(dsec, name), js.drop_count(name), "{name}:\n{text}");
+    }
+    assert!(text.contains(&format!("sessions {}", js.get("sessions"))), "{text}");
+    assert!(text.contains(&format!("mappings {}", js.get("mappings"))), "{text}");
+}
