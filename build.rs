@@ -25,5 +25,22 @@ fn main() {
         ])
         .build_and_generate(&out)
         .expect("building the BPF data plane (bpf/natrix.bpf.c) failed");
+    // Benchmark programs (bpf/bench/): generator, test-run harness, minimal forwarder, sink.
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    for name in ["gen", "harness", "fwd", "sink"] {
+        SkeletonBuilder::new()
+            .source(format!("bpf/bench/nxb_{name}.bpf.c"))
+            .clang_args([
+                "-O2".to_string(),
+                "-g".to_string(),
+                "-Wall".to_string(),
+                "-Werror".to_string(),
+                "-mcpu=v3".to_string(),
+                format!("-I/usr/include/{multiarch}"),
+                "-Ibpf/bench".to_string(),
+            ])
+            .build_and_generate(out_dir.join(format!("bench_{name}.skel.rs")))
+            .unwrap_or_else(|e| panic!("building bpf/bench/nxb_{name}.bpf.c failed: {e:#}"));
+    }
     println!("cargo:rerun-if-changed=bpf");
 }

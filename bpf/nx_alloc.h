@@ -442,4 +442,27 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
 	return ((long)sub->addr_idx << 16) | (__u16)port;
 }
 
+/* The pool address of subscriber sip, creating the subscriber (and its first block) when
+ * new: all a later fragment needs outbound, since every mapping of a subscriber is on
+ * that one address. Returns the address (network order, as a non-negative long) or minus
+ * a drop reason. Global: verified once. */
+__noinline long nx_sub_pool_addr(__u32 sip)
+{
+	struct nx_config *cfg = nx_config();
+	int reason = NX_DROP_INTERNAL;
+	struct nx_sub *sub;
+	__u32 idx, *addr;
+
+	if (!cfg)
+		return -NX_DROP_INTERNAL;
+	sub = nx_subscriber(cfg, sip, &reason);
+	if (!sub)
+		return -reason;
+	idx = sub->addr_idx;
+	addr = bpf_map_lookup_elem(&nx_pool, &idx);
+	if (!addr)
+		return -NX_DROP_INTERNAL;
+	return (long)*addr;
+}
+
 #endif /* NX_ALLOC_H */

@@ -113,6 +113,21 @@ struct {
 	__type(value, struct nx_sess);
 } nx_sess SEC(".maps");
 
+/* Inbound fragment records: (remote, pool address, IP id, protocol) -> inside address.
+ * LRU: a record lives a few seconds at most, and losing an old one costs one datagram. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct nx_frag_key);
+	__type(value, struct nx_frag);
+} nx_frags SEC(".maps");
+
+/* Fragments that arrived before their first, for the daemon (sized from fragments.max_held). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} nx_frag_rb SEC(".maps");
+
 /* Per-CPU counters, indexed by enum nx_stat. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

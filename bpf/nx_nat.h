@@ -5,6 +5,7 @@
 
 #include "nx_alloc.h"
 #include "nx_csum.h"
+#include "nx_frag.h"
 #include "nx_fwd.h"
 #include "nx_icmp.h"
 #include "nx_parse.h"
@@ -393,8 +394,17 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	}
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
-	if (frag)
-		return nx_drop(NX_DROP_FRAGMENT);
+	if (p.frag && pool_idx)
+		return nx_drop(NX_DROP_FRAGMENT); /* hairpinned fragments: not supported */
+	if (frag) {
+		/* a later fragment: no transport header, only the source to rewrite */
+		rc = nx_frag_out(&p);
+		if (rc >= 0)
+			return nx_drop(rc);
+		if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
+			return nx_redirect(&p, fib);
+		return nx_pass(NX_STAT_PASS_NO_NEIGH);
+	}
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
 		return nx_parse_verdict(rc);
@@ -424,7 +434,7 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 {
 	struct nx_scratch *scr = nx_scratch_get();
 	struct bpf_fib_lookup *fib;
-	__u32 in_ip;
+	__u32 in_ip, now;
 	__u16 in_port;
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
@@ -443,13 +453,20 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
 	if (!pool_idx)
 		return nx_pass(NX_STAT_PASS_LOCAL);
-	if (rc == NX_PARSE_FRAGMENT)
-		return nx_drop(NX_DROP_FRAGMENT);
 	cfg = nx_config();
 	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
+	fib = &scr->fib;
+	if (rc == NX_PARSE_FRAGMENT) {
+		rc = nx_frag_in(ctx, &p, nx_now_tick());
+		if (rc == XDP_DROP)
+			return XDP_DROP; /* held for the daemon, counted */
+		if (rc >= 0)
+			return nx_drop(rc);
+		return nx_finish(ctx, &p, fib);
+	}
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
 		return nx_parse_verdict(rc);
@@ -462,13 +479,15 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 		return nx_forward_ctx(ctx);
 	}
 
-	rc = nx_xlate_in_lookup(cfg, &p, *pool_idx, nx_now_tick(), &in_ip, &in_port);
+	now = nx_now_tick();
+	rc = nx_xlate_in_lookup(cfg, &p, *pool_idx, now, &in_ip, &in_port);
 	if (rc >= 0)
 		return nx_drop(rc);
+	if (p.frag)
+		nx_frag_record(cfg, &p, in_ip, now);
 	/* Route on the inside address before rewriting: a packet too big for the inside link
 	 * with DF set must be answered "fragmentation needed" quoting it as the sender sent it
 	 * (RFC 4787 REQ-13), from the pool address it was sent to. */
-	fib = &scr->fib;
 	nx_fib_params(ctx, p.ip, fib);
 	fib->ipv4_dst = in_ip;
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);

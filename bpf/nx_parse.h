@@ -27,6 +27,7 @@ struct nx_pkt {
 	__u16 l4_len; /* bytes of L4 header and payload according to the IP header */
 	__u8 proto; /* IPPROTO_TCP / UDP / ICMP */
 	__u8 tcp_flags;
+	__u8 frag; /* 0: whole datagram, 1: first fragment, 2: a later fragment */
 	__be16 *sport; /* TCP/UDP source port, ICMP echo identifier */
 	__be16 *dport; /* TCP/UDP destination port, NULL for ICMP */
 	__u16 *l4_csum; /* L4 checksum field */
@@ -95,8 +96,13 @@ static __always_inline int nx_parse_ip(struct nx_pkt *p)
 	p->l4 = (void *)ip + hlen;
 	p->l4_len = tot - hlen;
 	p->proto = ip->protocol;
-	if (ip->frag_off & (NX_IP_MF | NX_IP_OFFMASK))
+	p->frag = 0;
+	if (ip->frag_off & NX_IP_OFFMASK) {
+		p->frag = 2;
 		return NX_PARSE_FRAGMENT;
+	}
+	if (ip->frag_off & NX_IP_MF)
+		p->frag = 1; /* has the transport header: parsed and translated as usual */
 	return NX_PARSE_OK;
 }
 
@@ -125,7 +131,8 @@ static __always_inline int nx_parse_l4(struct nx_pkt *p)
 		if ((void *)(uh + 1) > p->data_end || p->l4_len < sizeof(*uh))
 			return NX_PARSE_BAD_L4;
 		ulen = bpf_ntohs(uh->len);
-		if (ulen < sizeof(*uh) || ulen > p->l4_len)
+		/* a first fragment carries only the start of the datagram the length counts */
+		if (ulen < sizeof(*uh) || (ulen > p->l4_len && !p->frag))
 			return NX_PARSE_BAD_L4;
 		p->sport = &uh->source;
 		p->dport = &uh->dest;

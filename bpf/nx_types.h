@@ -184,6 +184,34 @@ struct nx_lpm_key {
 	__u32 addr; /* network order */
 };
 
+/* ---- Fragments (RFC 4787 REQ-14) -------------------------------------------------------
+ * Inbound non-first fragments carry no port: the first fragment, when translated, leaves a
+ * record naming the inside address for the rest of its datagram (map nx_frags, LRU:
+ * short-lived, bounded, nothing else depends on it). A fragment that arrives before its
+ * first is copied to the ring buffer nx_frag_rb; the daemon re-injects it once the record
+ * exists, or drops it after fragments.timeout. */
+struct nx_frag_key {
+	__u32 src;
+	__u32 dst;
+	__u16 id;
+	__u8 proto;
+	__u8 pad;
+};
+nx_static_assert(sizeof(struct nx_frag_key) == 12, "nx_frag_key layout");
+
+struct nx_frag {
+	__u32 in_ip; /* translated destination */
+	__u32 expire; /* tick */
+};
+
+#define NX_FRAG_HOLD_MAX 1536
+
+struct nx_frag_hold {
+	struct nx_frag_key key;
+	__u32 len; /* bytes of data used, from the IP header on */
+	__u8 data[NX_FRAG_HOLD_MAX];
+};
+
 /* ---- Reaper (the syscall program nx_reap, run by the daemon) -------------------------
  * The daemon finds candidates by scanning; the data-plane code deletes them with the same
  * atomics the fast path uses, after checking again that they are still expired. */
@@ -232,12 +260,16 @@ enum nx_stat {
 	NX_STAT_ICMP_ERR_OUT, /* ICMP errors translated inside -> outside */
 	NX_STAT_ICMP_SENT, /* ICMP errors natrix generated (3/4, 3/13) */
 	NX_STAT_ICMP_SUPPRESSED, /* ... not sent: rate limit */
+	NX_STAT_FRAG_OUT, /* fragments translated inside -> outside */
+	NX_STAT_FRAG_IN, /* fragments translated outside -> inside */
+	NX_STAT_FRAG_HELD, /* arrived before their first fragment: handed to the daemon */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */
 	NX_DROP_MALFORMED_IP, /* bad version, IHL < 5, total length that lies */
 	NX_DROP_MALFORMED_L4, /* truncated TCP/UDP/ICMP header, bad TCP data offset */
-	NX_DROP_FRAGMENT, /* IPv4 fragment (not translated yet) */
+	NX_DROP_FRAGMENT, /* fragment natrix cannot translate (hairpinned, or tiny first) */
+	NX_DROP_FRAG_NO_STATE, /* early fragment and no room left to hold it */
 	NX_DROP_UNSUPPORTED_PROTO, /* neither TCP, UDP nor ICMP */
 	NX_DROP_UNSUPPORTED_ICMP, /* ICMP type natrix does not translate */
 	NX_DROP_NO_MAPPING, /* inbound to the pool with no mapping */

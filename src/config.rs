@@ -2207,11 +2207,6 @@ sweep_interval = "250ms"
         }
         for k in ["outside", "inside"] {
             let doc = with(&format!(
-                "[[forward]]\nproto = \"tcp\"\noutside = \"203.0.113.1:80\"\ninside = \"100.64.0.3:80\"\n{k} = 80\n"
-            ));
-            // A TOML key may only be given once; a repeated one is a syntax error.
-            assert!(matches!(Config::from_toml_str(&doc), Err(ConfigError::Syntax { .. })));
-            let doc = with(&format!(
                 "[[forward]]\nproto = \"tcp\"\n{}\n",
                 if k == "outside" {
                     "outside = 80\ninside = \"100.64.0.3:80\""

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::dataplane::{self, Dataplane, Persistence};
 use crate::expiry::{Reaper, Sweeper};
+use crate::frag::FragHolder;
 
 pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     for w in &cfg.warnings {
@@ -58,6 +59,23 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     let every = cfg.daemon.sweep_interval;
     let mut next = Instant::now();
     let mut forwards_pending = !cfg.forwards.is_empty();
+
+    // Early fragments: the ring buffer's callback queues them, the loop flushes them.
+    let holder = std::rc::Rc::new(std::cell::RefCell::new(FragHolder::new(
+        cfg.fragments.max_held,
+        cfg.fragments.timeout,
+    )?));
+    let frags = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_frags)?;
+    let rb = {
+        let h = std::rc::Rc::clone(&holder);
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&dp.skel.maps.nx_frag_rb, move |rec: &[u8]| {
+            h.borrow_mut().push(rec);
+            0
+        })?;
+        b.build()?
+    };
+
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next {
             match sweeper.sweep(&dp.tables, &reaper) {
@@ -83,7 +101,18 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
             }
             next = Instant::now() + every;
         }
-        std::thread::sleep(Duration::from_millis(50).min(every));
+        // Waits for early fragments (or the next sweep); while some are held, look for
+        // their first fragment's record often: they are a datagram in flight.
+        let wait = if holder.borrow().is_holding() { Duration::from_millis(2) } else { Duration::from_millis(50) };
+        if let Err(e) = rb.poll(wait.min(every)) {
+            if e.kind() != libbpf_rs::ErrorKind::Interrupted {
+                warn!("fragment ring buffer: {e}");
+            }
+        }
+        let mut h = holder.borrow_mut();
+        if h.is_holding() {
+            h.flush(&frags);
+        }
     }
     info!("stopping; the data plane keeps translating (pinned under {})", pin.display());
     Ok(())

@@ -97,6 +97,8 @@ pub struct Sizes {
     pub subs: u32,
     pub maps: u32,
     pub sess: u32,
+    pub frags: u32,
+    pub frag_rb: u32,
 }
 
 impl Sizes {
@@ -109,6 +111,9 @@ impl Sizes {
             subs: c.limits.max_subscribers,
             maps: c.limits.max_mappings,
             sess: c.limits.max_sessions,
+            frags: c.fragments.max_tracked,
+            // a power-of-two number of pages holding max_held records of ~1.5 KiB
+            frag_rb: ((c.fragments.max_held.max(1) as usize * 1600).next_power_of_two().max(4096)) as u32,
         }
     }
 }
@@ -262,7 +267,9 @@ impl Dataplane {
         let took_over = pin_dir.as_deref().is_some_and(is_pinned);
         {
             let m = &mut open.maps;
-            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 8] = [
+            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 10] = [
+                (&mut m.nx_frags, sizes.frags),
+                (&mut m.nx_frag_rb, sizes.frag_rb),
                 (&mut m.nx_pool, sizes.pool),
                 (&mut m.nx_pool_idx, sizes.pool),
                 (&mut m.nx_ports, sizes.ports),

@@ -15,7 +15,7 @@ use thiserror::Error;
 use crate::skel::types::{nx_config, nx_map, nx_map_key, nx_sess, nx_sess_key, nx_stat, nx_sub};
 
 /// Every pinned map, by the name it has in the BPF object and under the pin directory.
-pub const MAP_NAMES: [&str; 11] = [
+pub const MAP_NAMES: [&str; 13] = [
     "nx_cfg",
     "nx_pool",
     "nx_pool_idx",
@@ -27,6 +27,8 @@ pub const MAP_NAMES: [&str; 11] = [
     "nx_maps",
     "nx_sess",
     "nx_stats",
+    "nx_frags",
+    "nx_frag_rb",
 ];
 
 /// Port word states (bits 63..62 of an `nx_ports` entry, see nx_types.h).
@@ -137,10 +139,14 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_STAT_ICMP_ERR_OUT, "icmp_errors_out"),
     (nx_stat::NX_STAT_ICMP_SENT, "icmp_sent"),
     (nx_stat::NX_STAT_ICMP_SUPPRESSED, "icmp_rate_limited"),
+    (nx_stat::NX_STAT_FRAG_OUT, "fragments_out"),
+    (nx_stat::NX_STAT_FRAG_IN, "fragments_in"),
+    (nx_stat::NX_STAT_FRAG_HELD, "fragments_held"),
     (nx_stat::NX_DROP_MALFORMED_ETH, "malformed_eth"),
     (nx_stat::NX_DROP_MALFORMED_IP, "malformed_ip"),
     (nx_stat::NX_DROP_MALFORMED_L4, "malformed_l4"),
     (nx_stat::NX_DROP_FRAGMENT, "fragment"),
+    (nx_stat::NX_DROP_FRAG_NO_STATE, "fragment_no_room"),
     (nx_stat::NX_DROP_UNSUPPORTED_PROTO, "unsupported_proto"),
     (nx_stat::NX_DROP_UNSUPPORTED_ICMP, "unsupported_icmp"),
     (nx_stat::NX_DROP_NO_MAPPING, "no_mapping"),

@@ -3,16 +3,11 @@ use common::pkt::*;
 
 #[test]
 fn probe() {
-    let t = std::time::Instant::now();
     with_env(&Cfg::default(), |env| {
-        eprintln!("env ready after {:?}", t.elapsed());
-        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
-        let (v, out) = env.inside(&p.build());
-        eprintln!("verdict {} out {}", verdict_name(v), hex(&out));
-        eprintln!("maps {:?}", env.mappings());
-        let (v, out) = env.run_meta(Side::Inside, &[0u8; 14], 4);
-        eprintln!("meta verdict {} len {}", verdict_name(v), out.len());
-        eprintln!("stats {:?}", env.stats());
+        for (len, meta) in [(14usize, 0usize), (18, 4), (16, 4), (14, 4), (20, 8), (24, 8)] {
+            let data = vec![0u8; len];
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| env.run_meta(Side::Inside, &data, meta)));
+            eprintln!("len {len} meta {meta}: {:?}", r.as_ref().map(|(v, o)| (verdict_name(*v), o.len())).map_err(|_| "ERR"));
+        }
     });
-    eprintln!("total {:?}", t.elapsed());
 }
