@@ -296,10 +296,10 @@ static __always_inline int nx_icmp_rate_ok(__u32 per_sec)
 	return 1;
 }
 
-/* Turn the packet at ctx into an ICMP error about it, sent back where it came from
- * (XDP_TX): quote as much of the original as fits in 576 bytes, source address src.
- * Returns XDP_TX, or -1 when nothing was sent (rate limit, no source address, no room):
- * the caller then drops. Global: verified once. */
+/* Turn the packet at ctx into an ICMP error about it, sent back out of the interface it
+ * came in on: quote as much of the original as fits in 576 bytes, source address src.
+ * Returns XDP_REDIRECT, or -1 when nothing was sent (rate limit, no source address, no
+ * room): the caller then drops. Global: verified once. */
 __noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u32 src)
 {
 	struct nx_config *cfg = nx_config();
@@ -373,7 +373,9 @@ __noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u3
 		return -1;
 	ic->checksum = nx_csum_fold(sum);
 	nx_count(NX_STAT_ICMP_SENT);
-	return XDP_TX;
+	/* Out where it came in. A redirect rather than XDP_TX: rare packets, and a veth only
+	 * flushes XDP_TX frames to a peer that runs XDP itself. */
+	return bpf_redirect_map(&nx_tx, ctx->ingress_ifindex, XDP_DROP);
 }
 
 #define NX_ICMP_TC(type, code) (((type) << 8) | (code))

@@ -275,9 +275,9 @@ static __always_inline int nx_refuse(struct xdp_md *ctx, int reason)
 	ifc = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 	if (!ifc)
 		return XDP_DROP;
-	if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_PKT_FILTERED), 0, ifc->addr) == XDP_TX)
-		return XDP_TX;
-	return XDP_DROP;
+	if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_PKT_FILTERED), 0, ifc->addr) < 0)
+		return XDP_DROP;
+	return XDP_REDIRECT;
 }
 
 static __always_inline int nx_parse_verdict(int rc)
@@ -494,9 +494,9 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
 		nx_count(NX_DROP_MTU_EXCEEDED);
 		if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED), fib->mtu_result,
-				 dst) == XDP_TX)
-			return XDP_TX;
-		return XDP_DROP;
+				 dst) < 0)
+			return XDP_DROP;
+		return XDP_REDIRECT;
 	}
 	nx_rewrite(&p, NX_DIR_IN, in_ip, in_port);
 	nx_count(NX_STAT_XLATE_IN);

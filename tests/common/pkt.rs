@@ -382,6 +382,11 @@ impl Env {
     /// the packet (how a frame shorter than an Ethernet header can be tested at all:
     /// BPF_PROG_TEST_RUN refuses data_in shorter than 14 bytes).
     pub fn run_meta(&self, side: Side, data: &[u8], meta: usize) -> (u32, Vec<u8>) {
+        self.try_run_meta(side, data, meta).expect("expected BPF_PROG_TEST_RUN to succeed")
+    }
+
+    /// [`Env::run_meta`] that returns the kernel's refusal instead of panicking.
+    pub fn try_run_meta(&self, side: Side, data: &[u8], meta: usize) -> Result<(u32, Vec<u8>), libbpf_rs::Error> {
         let ctx = xdp_md {
             data: meta as u32,
             data_end: data.len() as u32,
@@ -396,11 +401,11 @@ impl Env {
             data_out: Some(&mut out),
             ..Default::default()
         };
-        let o = self.prog(side).test_run(input).expect("expected BPF_PROG_TEST_RUN to succeed");
+        let o = self.prog(side).test_run(input)?;
         let (rv, n) = (o.return_value, o.data.as_ref().map_or(0, |d| d.len()));
         out.truncate(n);
         out.drain(..meta.min(out.len()));
-        (rv, out)
+        Ok((rv, out))
     }
 
     /// From the inside (nx_xdp_inside, ingress in0).
@@ -415,15 +420,22 @@ impl Env {
 
     /// Sends `p` and asserts the verdict; returns the output frame.
     pub fn expect_verdict(&self, side: Side, p: &[u8], verdict: u32, what: &str) -> Vec<u8> {
+        let before = self.stats();
         let (v, out) = self.run(side, p);
-        assert_eq!(
-            verdict_name(v),
-            verdict_name(verdict),
-            "{what}: expected verdict {} ({verdict}), got {} ({v}); counters moved: {}",
-            verdict_name(verdict),
-            verdict_name(v),
-            "(see below)"
-        );
+        if v != verdict {
+            let after = self.stats();
+            let moved: Vec<String> = STATS
+                .iter()
+                .filter(|(s, _)| after[s.0 as usize] != before[s.0 as usize])
+                .map(|(s, n)| format!("{n} +{}", after[s.0 as usize] - before[s.0 as usize]))
+                .collect();
+            panic!(
+                "{what}: expected verdict {}, got {} (counters that moved: {})",
+                verdict_name(verdict),
+                verdict_name(v),
+                moved.join(", ")
+            );
+        }
         out
     }
 
@@ -637,6 +649,10 @@ pub struct Pkt {
     pub udp_no_csum: bool,
     /// Link-layer padding after the IP packet.
     pub padding: usize,
+    /// IPv4 options (a multiple of 4 bytes).
+    pub ip_opts: Vec<u8>,
+    /// TCP options (a multiple of 4 bytes).
+    pub tcp_opts: Vec<u8>,
 }
 
 impl Pkt {
@@ -656,6 +672,8 @@ impl Pkt {
             payload: b"natrix".to_vec(),
             udp_no_csum: false,
             padding: 0,
+            ip_opts: Vec::new(),
+            tcp_opts: Vec::new(),
         }
     }
 
@@ -670,6 +688,9 @@ impl Pkt {
         }
         if flags & (SYN | FIN | RST) != 0 {
             p.payload.clear();
+        }
+        if flags & SYN != 0 {
+            p.tcp_opts = vec![2, 4, 0x05, 0xb4]; // MSS 1460: a SYN with a data offset of 6
         }
         p
     }
@@ -707,6 +728,16 @@ impl Pkt {
 
     pub fn padded(mut self, n: usize) -> Pkt {
         self.padding = n;
+        self
+    }
+
+    pub fn ip_options(mut self, o: &[u8]) -> Pkt {
+        self.ip_opts = o.to_vec();
+        self
+    }
+
+    pub fn tcp_options(mut self, o: &[u8]) -> Pkt {
+        self.tcp_opts = o.to_vec();
         self
     }
 
@@ -809,6 +840,7 @@ impl Pkt {
             identification: self.ident,
             dont_fragment: self.df,
             dscp: Ipv4Dscp::try_new(self.dscp).expect("dscp"),
+            options: self.ip_opts.as_slice().try_into().expect("IPv4 options: a multiple of 4, at most 40 bytes"),
             ..Default::default()
         };
         let b = PacketBuilder::ethernet2(self.smac, self.dmac).ip(IpHeaders::Ipv4(ip, Default::default()));
@@ -824,6 +856,7 @@ impl Pkt {
                 h.psh = flags & PSH != 0;
                 h.ack = flags & ACK != 0;
                 h.acknowledgment_number = *ack;
+                h.set_options_raw(&self.tcp_opts).expect("TCP options: a multiple of 4, at most 40 bytes");
                 b.tcp_header(h).write(&mut out, pl)
             }
             L4::Echo { reply: false, id, seq } => b.icmpv4_echo_request(*id, *seq).write(&mut out, pl),
@@ -949,9 +982,10 @@ pub fn ip_csum_ok(f: &[u8]) -> bool {
     csum_fold(csum_add(0, &f[ETH_LEN..ETH_LEN + ihl(f)])) == 0xffff
 }
 
-/// Whether the TCP/UDP/ICMP checksum verifies over the L4 bytes the IP total length covers
-/// (TCP and UDP with the pseudo-header). A UDP checksum of 0 means "none" and passes.
-pub fn l4_csum_ok(f: &[u8]) -> bool {
+/// The folded (not complemented) one's-complement sum a TCP/UDP/ICMP checksum covers: the
+/// L4 bytes the IP total length (UDP: the UDP length) covers, checksum field included, and
+/// for TCP and UDP the pseudo-header.
+pub fn l4_sum(f: &[u8]) -> u16 {
     let o = l4_off(f);
     let end = ETH_LEN + ip_tot_len(f);
     let l4 = &f[o..end];
@@ -959,18 +993,23 @@ pub fn l4_csum_ok(f: &[u8]) -> bool {
     let mut sum = 0u64;
     match proto {
         TCP | UDP => {
-            if proto == UDP && l4_csum(f) == 0 {
-                return true;
-            }
             let len = if proto == UDP { be16(f, o + 4) as usize } else { l4.len() };
             sum = csum_add(sum, &f[26..34]);
             sum += proto as u64 + len as u64;
             sum = csum_add(sum, &l4[..len]);
         }
-        ICMP => sum = csum_add(sum, l4),
-        _ => return true,
+        _ => sum = csum_add(sum, l4),
     }
-    csum_fold(sum) == 0xffff
+    csum_fold(sum)
+}
+
+/// Whether the TCP/UDP/ICMP checksum verifies. A UDP checksum of 0 means "none" and passes.
+pub fn l4_csum_ok(f: &[u8]) -> bool {
+    match ip_proto(f) {
+        UDP if l4_csum(f) == 0 => true,
+        TCP | UDP | ICMP => l4_sum(f) == 0xffff,
+        _ => true,
+    }
 }
 
 /// Asserts that both checksums of a frame verify, independently of etherparse.
