@@ -354,8 +354,9 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	/* The key is copied to the stack: clang 14 mis-spills a packet pointer used as a map
 	 * key. */
 	dst = p.ip->daddr;
-	/* Excluded destinations (RFC 6888 REQ-6) are routed as they are. */
-	{
+	/* Excluded destinations (RFC 6888 REQ-6) are routed as they are. The flag spares
+	 * every packet a trie lookup when there are none. */
+	if (cfg->flags & NX_CF_EXCLUSIONS) {
 		struct nx_lpm_key ek = { .prefixlen = 32, .addr = dst };
 
 		if (bpf_map_lookup_elem(&nx_excl, &ek)) {

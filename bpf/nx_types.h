@@ -36,6 +36,7 @@ enum nx_config_flags {
 	NX_CF_PORT_PARITY = 1 << 0, /* RFC 4787 REQ-5: even stays even, odd stays odd */
 	NX_CF_HAIRPIN = 1 << 1, /* RFC 4787 REQ-9 */
 	NX_CF_PORT_CLASS = 1 << 2, /* RFC 4787 REQ-3: inside ports < 1024 get ports < 1024 */
+	NX_CF_EXCLUSIONS = 1 << 3, /* [[exclude]] prefixes exist: look them up */
 };
 
 /* nx_config.filtering (RFC 4787 section 5) */

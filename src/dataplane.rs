@@ -163,6 +163,9 @@ pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
     if c.nat.port_class {
         flags |= 4;
     }
+    if !c.exclude.is_empty() {
+        flags |= 8;
+    }
     nx_config {
         to_udp: ticks(c.timeouts.udp),
         to_tcp_est: ticks(c.timeouts.tcp_established),
