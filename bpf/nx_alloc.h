@@ -206,12 +206,22 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 
 	if (!w || !bs)
 		return;
-	if (__sync_val_compare_and_swap(w, word, 0) == word && out_port_h >= cfg->port_lo)
+	if (__sync_val_compare_and_swap(w, word, 0) != word)
+		return;
+	if (out_port_h >= cfg->port_lo) {
 		nx_block_unreserve(addr_idx * bpa + (out_port_h - cfg->port_lo) / bs);
+	} else {
+		__u32 sip = (__u32)(word >> 16);
+		struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
+
+		if (sub)
+			__sync_fetch_and_sub(&sub->low_used, 1);
+	}
 }
 
 /* Outcome of nx_alloc_port: a port (>= 0) or a drop reason (negative). */
 #define NX_ALLOC_ERR(reason) (-(int)(reason))
+#define NX_ALLOC_AGAIN (-(int)NX_STAT_MAX) /* lost a race for a block slot: scan again */
 
 /* Walking the subscriber's block slots; a bpf_loop callback so that the verifier checks
  * the body once, not once per slot. */
@@ -291,10 +301,10 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
 	if (__sync_val_compare_and_swap(&sub->blocks[c.free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
 					c.free_val, (__u32)gid + 1) != c.free_val) {
-		/* another CPU filled that slot first; the packet's next copy will see it */
+		/* another CPU filled that slot first: give ours back, look again (once) */
 		nx_block_unclaim(gid, sip);
 		nx_count(NX_STAT_ALLOC_RETRY);
-		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
+		return NX_ALLOC_AGAIN;
 	}
 	port = nx_claim_in_block(cfg, gid, pidx, in_port_h, c.word);
 	if (port < 0) {
@@ -389,6 +399,9 @@ static __always_inline int nx_alloc_low_port(struct nx_config *cfg, struct nx_su
 	}
 	if (s.found < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
+	/* counted in the subscriber, which the daemon keeps while any is held: its pool
+	 * address stays its own even with no block */
+	__sync_fetch_and_add(&sub->low_used, 1);
 	return 1 + s.found;
 }
 
@@ -437,6 +450,10 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
 		port = nx_alloc_low_port(cfg, sub, sip, pidx, (__u16)in_port_h);
 	else
 		port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+	if (port == NX_ALLOC_AGAIN) /* the winner's block is in the slot now */
+		port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+	if (port == NX_ALLOC_AGAIN)
+		port = NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 	if (port < 0)
 		return port;
 	return ((long)sub->addr_idx << 16) | (__u16)port;

@@ -51,7 +51,7 @@ static __always_inline __u32 nx_sum_region(struct xdp_md *ctx, __u32 off, __u32 
 	__u16 h = 0;
 	__u8 b = 0;
 
-	if (len > 1500)
+	if (len > 9216) /* jumbo frames at most */
 		return 0;
 	bpf_loop(words, nx_sum_cb, &s, 0);
 	off += words * 4;

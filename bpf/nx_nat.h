@@ -116,7 +116,7 @@ static __always_inline void nx_permit_address(struct nx_sess_key *sk, __u32 expi
 	pk.rem_port = 0;
 	ps = bpf_map_lookup_elem(&nx_sess, &pk);
 	if (ps) {
-		if ((__s32)(expire - ps->expire) > NX_REFRESH_SLACK)
+		if ((__s32)(expire - ps->expire) > 0)
 			ps->expire = expire;
 		return;
 	}
@@ -231,7 +231,9 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 			return NX_DROP_FILTERED;
 		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now);
 		if (!s)
-			return NX_DROP_TABLE_FULL;
+			return p->proto == IPPROTO_TCP && !(p->tcp_flags & NX_TCPF_SYN) ?
+				       NX_DROP_FILTERED :
+				       NX_DROP_TABLE_FULL;
 	}
 	*in_ip = mk.in_ip;
 	*in_port = mk.in_port;
@@ -335,7 +337,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
 	__u32 *pool_idx = 0;
-	int rc, frag, fib_rc = 0;
+	int rc, frag, fib_rc = 0, too_big = 0;
 	__u32 now, dst;
 
 	nx_count(NX_STAT_RX_INSIDE);
@@ -379,10 +381,10 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 				return nx_pass(NX_STAT_PASS_FIB_OTHER);
 			fib->tot_len = 0;
 			fib->ifindex = ctx->ingress_ifindex;
-			if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) == BPF_FIB_LKUP_RET_SUCCESS)
-				fib_rc = BPF_FIB_LKUP_RET_NO_NEIGH; /* i.e. "kernel, finish this" */
-			else
+			if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
 				return nx_pass(NX_STAT_PASS_FIB_OTHER);
+			too_big = 1; /* translated below, then the kernel fragments it */
+			fib_rc = BPF_FIB_LKUP_RET_SUCCESS;
 		}
 		if (fib_rc != BPF_FIB_LKUP_RET_SUCCESS && fib_rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 			return nx_pass(fib_rc == BPF_FIB_LKUP_RET_NOT_FWDED ? NX_STAT_PASS_LOCAL :
@@ -402,6 +404,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		rc = nx_frag_out(&p);
 		if (rc >= 0)
 			return nx_drop(rc);
+		if (too_big)
+			return nx_pass(NX_STAT_PASS_TOO_BIG);
 		if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
 			return nx_redirect(&p, fib);
 		return nx_pass(NX_STAT_PASS_NO_NEIGH);
@@ -425,6 +429,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 			return nx_drop(rc);
 		return nx_finish(ctx, &p, fib);
 	}
+	if (too_big)
+		return nx_pass(NX_STAT_PASS_TOO_BIG);
 	if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return nx_redirect(&p, fib);
 	return nx_pass(NX_STAT_PASS_NO_NEIGH);

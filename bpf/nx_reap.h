@@ -27,9 +27,20 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, struct nx_map *
 		return 1;
 	idx = nx_port_index(*addr_idx, nx_proto_idx(mk->proto), out_port);
 	pw = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (pw)
-		__sync_val_compare_and_swap(pw, nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)),
-					    (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s);
+	if (pw && __sync_val_compare_and_swap(pw, nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)),
+					      (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s) ==
+			  nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port))) {
+		struct nx_config *cfg = nx_config();
+
+		/* a port-class port: the subscriber holds one fewer (see nx_alloc_low_port) */
+		if (cfg && out_port < cfg->port_lo) {
+			__u32 sip = mk->in_ip;
+			struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
+
+			if (sub)
+				__sync_fetch_and_sub(&sub->low_used, 1);
+		}
+	}
 	return 1;
 }
 

@@ -15,9 +15,17 @@
 #include "nx_parse.h"
 #include "nx_stats.h"
 
-/* Refresh a session's timer only when it moves by more than this (ticks, ~1 s): an idle
- * second costs one write, not one per packet, and the cache line stays shared. */
+/* Refresh a session's timer only when it moves by more than this (ticks, ~1 s): a busy
+ * flow writes its session about once a second, not once a packet, and the cache line stays
+ * shared. Never more than an eighth of the timeout, so short timeouts stay accurate. */
 #define NX_REFRESH_SLACK 64
+
+static __always_inline __u32 nx_refresh_slack(__u32 timeout)
+{
+	__u32 s = timeout >> 3;
+
+	return s < NX_REFRESH_SLACK ? s : NX_REFRESH_SLACK;
+}
 
 enum nx_dir {
 	NX_DIR_OUT = 0,
@@ -75,16 +83,17 @@ static __always_inline void nx_sess_touch(struct nx_config *cfg, struct nx_sess 
 {
 	__u8 st = s->state;
 	__u8 nst = st;
-	__u32 exp;
+	__u32 exp, to;
 
 	if (proto == IPPROTO_TCP)
 		nst = nx_tcp_next(st, tcp_flags, dir);
 	if (dir == NX_DIR_IN && proto != IPPROTO_TCP)
 		return;
-	exp = now + nx_timeout(cfg, proto, nst);
+	to = nx_timeout(cfg, proto, nst);
+	exp = now + to;
 	if (nst != st)
 		s->state = nst;
-	if (nst != st || (__s32)(exp - s->expire) > NX_REFRESH_SLACK)
+	if (nst != st || (__s32)(exp - s->expire) > nx_refresh_slack(to))
 		s->expire = exp;
 }
 
@@ -99,10 +108,15 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 	struct nx_sess *s;
 
 	if (k->proto == IPPROTO_TCP) {
-		/* a packet of a connection whose session was reaped a moment ago: pick it up */
 		fresh.state = nx_tcp_next(NX_TCP_NONE, tcp_flags, dir);
-		if (fresh.state == NX_TCP_NONE)
+		if (fresh.state == NX_TCP_NONE) {
+			/* Outbound, with its mapping there: a connection whose session was reaped a
+			 * moment ago, picked up. Inbound, only a SYN opens anything: a stray segment
+			 * must not hold a mapping for two hours. */
+			if (dir == NX_DIR_IN)
+				return 0;
 			fresh.state = NX_TCP_EST;
+		}
 	}
 	fresh.flags = dir == NX_DIR_IN ? NX_SF_INBOUND : 0;
 	fresh.expire = now + nx_timeout(cfg, k->proto, fresh.state);

@@ -99,7 +99,7 @@ struct nx_sub {
 	__u32 flags;
 	__u64 rate_ts; /* token bucket for the new-mapping rate limit (ns) */
 	__u32 rate_tokens;
-	__u32 icmp_ts; /* last ICMP 3/13 sent to this subscriber (ticks), rate limit */
+	__u32 low_used; /* outside ports < 1024 held (port class), outside the blocks */
 	/* global block id + 1 of each block the subscriber holds; 0 = empty slot */
 	__u32 blocks[NX_MAX_BLOCKS_PER_SUB];
 };
@@ -251,6 +251,7 @@ enum nx_stat {
 	NX_STAT_PASS_TTL, /* TTL <= 1: the kernel answers time exceeded */
 	NX_STAT_PASS_NO_NEIGH, /* translated, neighbour unresolved: kernel forwards */
 	NX_STAT_PASS_FIB_OTHER, /* fib said anything else: kernel decides */
+	NX_STAT_PASS_TOO_BIG, /* translated, too big without DF: the kernel fragments it */
 	NX_STAT_MAP_CREATED,
 	NX_STAT_SESS_CREATED,
 	NX_STAT_SUB_CREATED,

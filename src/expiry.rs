@@ -170,7 +170,8 @@ impl Sweeper {
             let owns = sub.blocks.iter().any(|&s| {
                 s != 0 && blocks.get((s - 1) as usize).is_some_and(|b| b.load(Ordering::Relaxed) as u32 == ip)
             });
-            if !owns {
+            // a subscriber holding port-class ports keeps its entry (and so its address)
+            if !owns && sub.low_used == 0 {
                 let _ = t.subs.delete(&ip.to_ne_bytes());
                 r.subscribers_removed += 1;
             }

@@ -129,6 +129,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_STAT_PASS_TTL, "pass_ttl"),
     (nx_stat::NX_STAT_PASS_NO_NEIGH, "pass_no_neigh"),
     (nx_stat::NX_STAT_PASS_FIB_OTHER, "pass_fib_other"),
+    (nx_stat::NX_STAT_PASS_TOO_BIG, "pass_too_big"),
     (nx_stat::NX_STAT_MAP_CREATED, "mappings_created"),
     (nx_stat::NX_STAT_SESS_CREATED, "sessions_created"),
     (nx_stat::NX_STAT_SUB_CREATED, "subscribers_created"),

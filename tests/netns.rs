@@ -58,7 +58,7 @@ fn ping_from_both_subscribers_is_translated() {
     for dev in ["lan0", "lan1", "wan0"] {
         assert!(t.xdp_attached(dev), "no XDP on {dev}:\n{}", t.gw_link(dev));
     }
-    let (s1, s2) = (t.s1.clone(), t.s2.clone());
+    let (s1, s2, srv) = (t.s1.clone(), t.s2.clone(), t.srv.clone());
     for ns in [&s1, &s2] {
         assert_eq!(ping(ns, SERVER_IP, 3), 3, "{ns}: ping through natrix lost replies");
     }
@@ -78,12 +78,32 @@ fn ping_from_both_subscribers_is_translated() {
         assert!(s.expires_in > 0 && s.expires_in <= 60, "icmp timeout is 60s: {s:?}");
     }
     assert_ne!(icmp[0].outside, icmp[1].outside, "two subscribers share one outside endpoint");
-
     let st = t.stats();
     assert!(st.counter("translated_out") >= 6, "{:?}", st.0);
     assert!(st.counter("translated_in") >= 6, "{:?}", st.0);
     assert_eq!(st.get("subscribers"), 2, "{:?}", st.0);
     assert_eq!(st.get("mappings"), 2, "{:?}", st.0);
+
+    // the gateway itself stays reachable from both sides, untranslated and without state
+    assert_eq!(ping(&s1, Ipv4Addr::new(100, 64, 0, 1), 1), 1, "the gateway's inside address");
+    assert_eq!(ping(&srv, Ipv4Addr::new(198, 51, 100, 1), 1), 1, "the gateway's outside address");
+    // TTL 1 expires at the gateway (its kernel answers), TTL 2 reaches the server
+    let ping_ttl = |ttl: &str| {
+        run_timeout(
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &s1, "ping", "-n", "-c", "1", "-W", "1", "-t", ttl])
+                .arg(SERVER_IP.to_string()),
+            Duration::from_secs(5),
+        )
+    };
+    let out = ping_ttl("1");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("From 100.64.0.1") && text.contains("Time to live exceeded"), "ping -t 1:\n{text}");
+    let out = ping_ttl("2");
+    assert!(out.status.success(), "ping -t 2 did not reach the server: {out:?}");
+    let sess = t.sessions();
+    assert_eq!(sess.len(), 3, "only the pings to the server have state: {sess:#?}");
+    assert!(sess.iter().all(|s| s.remote.starts_with("198.51.100.2:")), "{sess:#?}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -189,10 +209,17 @@ fn udp_both_ways_endpoint_independent_filtering_and_unsolicited_drop() {
             udp_recv(&c).unwrap_or_else(|| panic!("{ns}: datagram from a second server port not delivered"));
         assert_eq!((d.as_slice(), src), (&b"from another port"[..], b_addr));
 
-        // the mapping is stable: a second datagram leaves from the same outside endpoint
-        c.send_to(b"again", a_addr).unwrap();
-        let (_, from2) = udp_recv(&a).unwrap_or_else(|| panic!("server got no second datagram from {ns}"));
+        // the mapping is stable: a full-MTU datagram (1500 - 28) leaves from the same outside
+        // endpoint, intact, and one comes back the same way
+        let mut big = vec![0u8; 1472];
+        fill_pattern(&mut big, 7);
+        c.send_to(&big, a_addr).unwrap();
+        let (d, from2) = udp_recv(&a).unwrap_or_else(|| panic!("server got no full-size datagram from {ns}"));
         assert_eq!(from2, from, "{ns}: mapping changed between two datagrams");
+        assert!(d == big, "{ns}: full-size datagram corrupted ({} bytes)", d.len());
+        a.send_to(&big[..1400], from).unwrap();
+        let (d, _) = udp_recv(&c).unwrap_or_else(|| panic!("{ns}: no large reply"));
+        assert!(d == big[..1400], "{ns}: large reply corrupted ({} bytes)", d.len());
         outside.push((local, from));
         clients.push(c);
     }
@@ -221,6 +248,7 @@ fn udp_both_ways_endpoint_independent_filtering_and_unsolicited_drop() {
         SocketAddrV4::new(*out1.ip(), out1.port() ^ 4),
         SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 40), 40_000),
     ];
+    assert!(unmapped.iter().all(|u| outside.iter().all(|(_, o)| o != u)), "{unmapped:?} vs {outside:?}");
     for to in unmapped {
         a.send_to(b"unsolicited", to).unwrap();
     }
@@ -240,7 +268,7 @@ fn udp_both_ways_endpoint_independent_filtering_and_unsolicited_drop() {
 // 4. expiry
 
 #[test]
-fn idle_state_expires_and_active_flows_stay() {
+fn expiry_with_short_timeouts() {
     let mut t = Topo::new();
     let mut conf = t.conf();
     conf.set("timeouts.udp", r#""2s""#)
@@ -298,6 +326,10 @@ fn idle_state_expires_and_active_flows_stay() {
     });
     let took = stopped.elapsed();
     assert!(took >= Duration::from_millis(800), "the flow expired {took:?} after its last packet (udp = 2s)");
+    assert!(
+        took <= Duration::from_millis(3500),
+        "the flow expired only {took:?} after its last packet (udp = 2s)"
+    );
     wait_for(
         "ports, blocks and subscribers released",
         Duration::from_secs(5),
@@ -374,13 +406,214 @@ fn restart_keeps_live_tcp(sig: libc::c_int) {
 }
 
 #[test]
+#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx"]
 fn restart_after_sigterm_keeps_a_live_tcp_connection() {
     restart_keeps_live_tcp(libc::SIGTERM);
 }
 
 #[test]
+#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx"]
 fn restart_after_crash_keeps_a_live_tcp_connection() {
     restart_keeps_live_tcp(libc::SIGKILL);
+}
+
+/// Restarts while a subscriber sends a steady UDP stream: every datagram that reaches the
+/// server is translated, always to the same outside endpoint (the takeover swaps programs
+/// and rewrites tables under live traffic).
+#[test]
+#[ignore = "BUG: Dataplane::set_interfaces empties nx_ifaces before refilling it: packets leak untranslated during a takeover (and the nx_tx map_flags refusal)"]
+fn restart_under_load_never_leaks_untranslated_packets() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let mut t = Topo::new();
+    let cfg = started_default(&mut t);
+    let sink = udp_socket(&t.srv, SocketAddrV4::new(SERVER_IP, 0), Duration::from_millis(200));
+    let to = v4_of(sink.local_addr().unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(AtomicU64::new(0));
+
+    let receiver = {
+        let (stop, received) = (Arc::clone(&stop), Arc::clone(&received));
+        std::thread::spawn(move || {
+            let mut sources: std::collections::BTreeMap<SocketAddrV4, u64> = Default::default();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut buf = [0u8; 64];
+            while Instant::now() < deadline {
+                match sink.recv_from(&mut buf) {
+                    Ok((_, from)) => {
+                        *sources.entry(v4_of(from)).or_default() += 1;
+                        received.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) if stop.load(Ordering::Relaxed) => break,
+                    Err(_) => {}
+                }
+            }
+            sources
+        })
+    };
+    let sender = {
+        let stop = Arc::clone(&stop);
+        spawn_in_netns(&t.s1, move || {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                // ~50k datagrams/s: dense enough to land inside a takeover's table rewrite
+                let _ = s.send_to(&n.to_be_bytes(), to);
+                n += 1;
+                if n % 8 == 0 {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            n
+        })
+    };
+    wait_for("the stream to arrive", Duration::from_secs(5), Duration::from_millis(20), || {
+        (received.load(Ordering::Relaxed) >= 200).then_some(())
+    });
+    for round in 0..8 {
+        let sig = if round % 2 == 0 { libc::SIGTERM } else { libc::SIGKILL };
+        let st = t.stop_daemon(sig);
+        assert!(sig == libc::SIGKILL || st.code() == Some(0), "{st}");
+        std::thread::sleep(Duration::from_millis(100));
+        let log = t.start_daemon(&cfg);
+        assert!(log.contains("takeover=true"), "round {round}: no takeover:\n{log}");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let before_stop = received.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    let sources = receiver.join().unwrap();
+    let total: u64 = sources.values().sum();
+    eprintln!("sent {sent}, received {total} ({before_stop} before the last 200 ms): {sources:?}");
+    let leaked: Vec<_> = sources.iter().filter(|(a, _)| !is_pool(*a.ip())).collect();
+    let st = t.stats();
+    assert!(
+        leaked.is_empty(),
+        "datagrams left the gateway untranslated during restarts: {leaked:?} \
+         (counters pass_local {}, pass_fib_other {}, pass_no_neigh {})",
+        st.counter("pass_local"),
+        st.counter("pass_fib_other"),
+        st.counter("pass_no_neigh")
+    );
+    assert_eq!(sources.len(), 1, "the mapping changed during restarts: {sources:?}");
+    assert!(total * 10 >= sent * 9, "more than 10% lost across restarts: sent {sent}, received {total}");
+}
+
+/// A restart whose config cannot take over the running data plane (another pool of the same
+/// size) is refused with a clear message, and leaves the running data plane as it was.
+#[test]
+#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx (the refusal names nx_tx, not pool.addresses)"]
+fn restart_with_an_incompatible_config_is_refused_and_keeps_translating() {
+    let mut t = Topo::new();
+    let cfg = started_default(&mut t);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    let mut c = TcpClient::connect(&t.s1, server.addr);
+    let out0 = c.who();
+    assert_pool(out0, "peer");
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+
+    let mut conf = t.conf();
+    conf.set("pool.addresses", r#"["203.0.113.16/29", "203.0.113.41"]"#);
+    let other = t.write_config("other-pool.toml", &conf.render());
+    let (st, err) = t.run_expect_exit(&other);
+    assert!(!st.success(), "{err}");
+    assert!(err.contains("pool.addresses"), "the message does not name what changed:\n{err}");
+    assert!(err.contains("natrix down"), "the message does not say how to start afresh:\n{err}");
+
+    for dev in ["lan0", "lan1", "wan0"] {
+        assert!(t.xdp_attached(dev), "the refused start detached {dev}");
+    }
+    assert!(t.pin.join("nx_cfg").exists(), "the refused start removed the pins");
+    assert_eq!(c.who(), out0, "the refused start changed the running translation");
+    assert_eq!(t.sessions().iter().filter(|s| s.outside_addr() == out0).count(), 1);
+
+    let log = t.start_daemon(&cfg);
+    assert!(log.contains("takeover=true"), "{log}");
+    assert_eq!(c.who(), out0);
+    c.close();
+}
+
+/// An interface taken out of the config is no longer natrix's after a restart: detached, and
+/// its traffic no longer translated.
+#[test]
+#[ignore = "BUG: Dataplane::attach never detaches link_<if> of an interface dropped from the config: it keeps translating (and the nx_tx map_flags refusal)"]
+fn restart_without_an_interface_detaches_it() {
+    let mut t = Topo::new();
+    started_default(&mut t);
+    let (_, seen) = udp_sources_seen(&t, &t.s2, 1);
+    assert!(seen.len() == 1 && is_pool(*seen[0].ip()), "{seen:?}");
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+
+    let mut conf = t.conf();
+    conf.set("interfaces.inside", r#"["lan0"]"#);
+    let cfg = t.write_config("lan0-only.toml", &conf.render());
+    let log = t.start_daemon(&cfg);
+    assert!(log.contains("takeover=true"), "{log}");
+    assert!(t.xdp_attached("lan0") && t.xdp_attached("wan0"));
+    let (_, seen) = udp_sources_seen(&t, &t.s1, 1);
+    assert!(seen.len() == 1 && is_pool(*seen[0].ip()), "lan0 no longer translated: {seen:?}");
+
+    let (local, seen) = udp_sources_seen(&t, &t.s2, 2);
+    assert!(
+        seen.iter().all(|f| *f == local),
+        "traffic of lan1, no longer configured, is still translated: {local} seen as {seen:?}"
+    );
+    assert!(
+        !t.xdp_attached("lan1"),
+        "lan1, no longer configured, keeps its XDP program:\n{}",
+        t.gw_link("lan1")
+    );
+}
+
+/// Expiry is the daemon's job: while none runs, idle state stays; the next daemon (which may
+/// bring shorter timeouts) reaps it.
+#[test]
+#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx"]
+fn expiry_resumes_after_a_restart() {
+    let mut t = Topo::new();
+    let mut conf = t.conf();
+    conf.set("daemon.sweep_interval", r#""200ms""#);
+    started(&mut t, &conf);
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+    conf.set("timeouts.udp", r#""2s""#).set("timeouts.port_hold_down", r#""1s""#);
+    let short = t.write_config("short.toml", &conf.render());
+    let log = t.start_daemon(&short);
+    assert!(log.contains("takeover=true"), "{log}");
+
+    // the new timeout applies to new state
+    let (_, seen) = udp_sources_seen(&t, &t.s1, 1);
+    assert!(seen.len() == 1 && is_pool(*seen[0].ip()), "{seen:?}");
+    let sess = t.sessions();
+    assert_eq!(sess.len(), 1, "{sess:#?}");
+    assert!(sess[0].expires_in <= 2, "udp = 2s after the restart, yet: {sess:#?}");
+
+    // no daemon: nothing is reaped, however long past its time
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+    wait_for("the session's timer to run out", Duration::from_secs(4), Duration::from_millis(100), || {
+        (t.sessions().first().map(|s| s.expires_in) == Some(0)).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(t.sessions().len(), 1, "state vanished without a daemon");
+    assert_eq!(t.stats().get("mappings"), 1);
+
+    // the next daemon reaps it at its first sweeps
+    let log = t.start_daemon(&short);
+    assert!(log.contains("takeover=true"), "{log}");
+    wait_for("the expired state to be reaped", Duration::from_secs(2), Duration::from_millis(100), || {
+        (t.sessions().is_empty() && t.stats().get("mappings") == 0).then_some(())
+    });
+    wait_for(
+        "port, block and subscriber released",
+        Duration::from_secs(4),
+        Duration::from_millis(100),
+        || {
+            let st = t.stats();
+            (st.get("ports_in_use") == 0 && st.get("subscribers") == 0).then_some(())
+        },
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -506,7 +739,7 @@ fn down_detaches_everything_and_removes_pins() {
 // 8. human-readable output
 
 #[test]
-fn sessions_and_stats_print_tables() {
+fn cli_json_and_human_output() {
     let mut t = Topo::new();
     started_default(&mut t);
     assert_eq!(ping(&t.s1.clone(), SERVER_IP, 1), 1);

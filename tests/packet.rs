@@ -112,7 +112,8 @@ fn check_allocation(env: &Env, what: &str) {
     for (k, m) in &maps {
         let (in_ip, in_port) = (ip_from_be(k.in_ip), u16::from_be(k.in_port));
         let (out_ip, out_port) = (ip_from_be(m.out_ip), u16::from_be(m.out_port));
-        let s = subs.get(&k.in_ip).unwrap_or_else(|| panic!("{what}: expected a subscriber entry for {in_ip}"));
+        let s =
+            subs.get(&k.in_ip).unwrap_or_else(|| panic!("{what}: expected a subscriber entry for {in_ip}"));
         let addr = env.pool_index(out_ip);
         assert_eq!(
             addr, s.addr_idx,
@@ -125,16 +126,8 @@ fn check_allocation(env: &Env, what: &str) {
             k.proto
         );
         assert!(
-            (env.cfg.pool.port_lo..=env.cfg.pool.port_hi).contains(&out_port),
+            out_port <= env.cfg.pool.port_hi && out_port != 0,
             "{what}: expected outside port {out_port} within the pool's port range"
-        );
-        let gid = env.block_of(addr, out_port);
-        let (_, lo, hi) = env.block_range(gid);
-        assert!(
-            s.blocks.contains(&(gid + 1)),
-            "{what}: expected outside port {out_port} of {in_ip}:{in_port} in one of the subscriber's blocks, \
-             it is in block {gid} [{lo}, {hi}) which the subscriber does not hold ({:?})",
-            s.blocks.iter().filter(|b| **b != 0).map(|b| b - 1).collect::<Vec<_>>()
         );
         let w = env.port_word(addr, k.proto, out_port);
         let want = USED_TAG | ((k.in_ip as u64) << 16) | in_port as u64;
@@ -142,6 +135,22 @@ fn check_allocation(env: &Env, what: &str) {
             w, want,
             "{what}: expected the port word of {out_ip}:{out_port}/{} to be USED for {in_ip}:{in_port} ({want:#x}), got {w:#x}",
             k.proto
+        );
+        if out_port < env.cfg.pool.port_lo {
+            // port class: ports below 1024 are claimed outside the block system
+            assert!(
+                env.cfg.nat.port_class && in_port < 1024,
+                "{what}: expected an outside port below the pool range only for an inside port below 1024"
+            );
+            continue;
+        }
+        let gid = env.block_of(addr, out_port);
+        let (_, lo, hi) = env.block_range(gid);
+        assert!(
+            s.blocks.contains(&(gid + 1)),
+            "{what}: expected outside port {out_port} of {in_ip}:{in_port} in one of the subscriber's blocks, \
+             it is in block {gid} [{lo}, {hi}) which the subscriber does not hold ({:?})",
+            s.blocks.iter().filter(|b| **b != 0).map(|b| b - 1).collect::<Vec<_>>()
         );
         *per_block.entry(gid).or_default() += 1;
     }
@@ -156,7 +165,12 @@ fn check_allocation(env: &Env, what: &str) {
                 ip_from_be(*ip)
             );
             let n = per_block.get(&gid).copied().unwrap_or(0);
-            assert_eq!(w >> 32, n, "{what}: expected block {gid}'s used count to equal its {n} mapped ports, got {}", w >> 32);
+            assert_eq!(
+                w >> 32,
+                n,
+                "{what}: expected block {gid}'s used count to equal its {n} mapped ports, got {}",
+                w >> 32
+            );
         }
     }
 }
@@ -170,6 +184,42 @@ fn sleep_until(t0: Instant, d: Duration) {
     if let Some(rest) = d.checked_sub(t0.elapsed()) {
         sleep(rest);
     }
+}
+
+/// A new flow natrix cannot serve (quota, pool, table, rate): the subscriber is told with
+/// ICMP destination unreachable 3/13 (administratively prohibited) from in0's address, sent
+/// back out of in0 (XDP_REDIRECT); with `icmp_errors_per_sec = 0` the packet is just
+/// dropped. Either way exactly `reason` is counted and no mapping is created.
+fn expect_refused(env: &Env, p: &Pkt, reason: &str, what: &str) {
+    let f = p.build();
+    let before = env.stats();
+    let (v, out) = env.inside(&f);
+    if env.cfg.nat.icmp_errors_per_sec == 0 {
+        assert_eq!(
+            verdict_name(v),
+            "XDP_DROP",
+            "{what}: expected the refused packet dropped (ICMP errors off)"
+        );
+        env.assert_counters(&before, &[("rx_inside", 1), (reason, 1), ("icmp_rate_limited", 1)], what);
+    } else {
+        assert_eq!(
+            verdict_name(v),
+            "XDP_REDIRECT",
+            "{what}: expected an ICMP administratively-prohibited error sent back to the subscriber"
+        );
+        let exp = icmp_error_about(&f, GW_IN, 3, 13, 0, ip_ident(&out));
+        assert_frame_eq(&out, &exp, &format!("{what}: ICMP 3/13 to the subscriber"));
+        assert_csums(&out, what);
+        env.assert_counters(&before, &[("rx_inside", 1), (reason, 1), ("icmp_sent", 1)], what);
+    }
+    assert!(
+        env.mapping(p.src, p.sport(), p.proto()).is_none(),
+        "{what}: expected no mapping for the refused flow"
+    );
+}
+
+fn no_icmp() -> Cfg {
+    cfg().set("nat", "icmp_errors_per_sec", "0")
 }
 
 // =============================================================================================
@@ -197,21 +247,41 @@ fn udp_out_and_reply_in_are_translated() {
         );
         assert_eq!(o.0, POOL0, "expected the first subscriber on the first pool address (addr_hint 0)");
         let m = env.mapping(sub(1), 40000, UDP).expect("expected a UDP mapping for 100.64.0.2:40000");
-        assert_eq!((ip_from_be(m.out_ip), u16::from_be(m.out_port)), o, "expected the mapping to hold the endpoint used");
+        assert_eq!(
+            (ip_from_be(m.out_ip), u16::from_be(m.out_port)),
+            o,
+            "expected the mapping to hold the endpoint used"
+        );
         assert_eq!(m.nsess, 1, "expected one session on the mapping");
         let s = env.session(sub(1), 40000, SERVER, 53, UDP).expect("expected the UDP session");
-        assert_eq!((s.state, s.flags), (ST_NONE, 0), "expected a UDP session with no TCP state, created outbound");
+        assert_eq!(
+            (s.state, s.flags),
+            (ST_NONE, 0),
+            "expected a UDP session with no TCP state, created outbound"
+        );
 
         let before = env.stats();
         xlate_in(env, &reply(&p, o), (sub(1), 40000), "UDP reply in");
-        env.assert_counters(&before, &[("rx_outside", 1), ("translated_in", 1), ("redirected", 1)], "UDP reply in");
+        env.assert_counters(
+            &before,
+            &[("rx_outside", 1), ("translated_in", 1), ("redirected", 1)],
+            "UDP reply in",
+        );
 
         // more packets of the same flow reuse the mapping, both ways
         let before = env.stats();
         xlate_out(env, &p.clone().payload(b"second"), Some(o), "second UDP packet out");
         xlate_in(env, &reply(&p, o).payload(b"second reply"), (sub(1), 40000), "second UDP reply in");
-        env.assert_some_counters(&before, &[("mappings_created", 0), ("sessions_created", 0)], "same flow again");
-        assert_eq!((env.mappings().len(), env.sessions().len()), (1, 1), "expected one mapping and one session");
+        env.assert_some_counters(
+            &before,
+            &[("mappings_created", 0), ("sessions_created", 0)],
+            "same flow again",
+        );
+        assert_eq!(
+            (env.mappings().len(), env.sessions().len()),
+            (1, 1),
+            "expected one mapping and one session"
+        );
     });
 }
 
@@ -251,7 +321,11 @@ fn udp_checksum_computing_to_zero_is_sent_as_ffff() {
         assert_ne!(l4_csum(&p.build()), 0xffff, "test setup: the input should not already carry 0xffff");
         let (v, out) = env.inside(&p.build());
         assert_eq!(v, XDP_REDIRECT, "expected the packet translated");
-        assert_eq!(l4_csum(&out), 0xffff, "expected a computed UDP checksum of 0 to be sent as 0xffff (outbound)");
+        assert_eq!(
+            l4_csum(&out),
+            0xffff,
+            "expected a computed UDP checksum of 0 to be sent as 0xffff (outbound)"
+        );
         assert_frame_eq(&out, &p.clone().with_src(o.0, o.1).forwarded().build(), "checksum 0xffff outbound");
         assert_csums(&out, "checksum 0xffff outbound");
 
@@ -260,8 +334,16 @@ fn udp_checksum_computing_to_zero_is_sent_as_ffff() {
         let r = rb.payload(&w);
         let (v, out) = env.outside(&r.build());
         assert_eq!(v, XDP_REDIRECT, "expected the reply translated");
-        assert_eq!(l4_csum(&out), 0xffff, "expected a computed UDP checksum of 0 to be sent as 0xffff (inbound)");
-        assert_frame_eq(&out, &r.clone().with_dst(sub(1), 40002).forwarded().build(), "checksum 0xffff inbound");
+        assert_eq!(
+            l4_csum(&out),
+            0xffff,
+            "expected a computed UDP checksum of 0 to be sent as 0xffff (inbound)"
+        );
+        assert_frame_eq(
+            &out,
+            &r.clone().with_dst(sub(1), 40002).forwarded().build(),
+            "checksum 0xffff inbound",
+        );
     });
 }
 
@@ -295,8 +377,16 @@ fn icmp_echo_request_out_and_reply_in() {
         let o = xlate_out(env, &ping, None, "echo request out");
         let m = env.mapping(sub(1), 0x4242, ICMP).expect("expected an ICMP mapping keyed by the identifier");
         assert_eq!(u16::from_be(m.out_port), o.1, "expected the mapping's outside identifier in the packet");
-        assert!(env.session(sub(1), 0x4242, SERVER, 0, ICMP).is_some(), "expected an ICMP session with remote port 0");
-        xlate_in(env, &reply(&ping, o).payload(b"0123456789abcdefghijklmnopqrstuvwxyz"), (sub(1), 0x4242), "echo reply in");
+        assert!(
+            env.session(sub(1), 0x4242, SERVER, 0, ICMP).is_some(),
+            "expected an ICMP session with remote port 0"
+        );
+        xlate_in(
+            env,
+            &reply(&ping, o).payload(b"0123456789abcdefghijklmnopqrstuvwxyz"),
+            (sub(1), 0x4242),
+            "echo reply in",
+        );
         let ping2 = Pkt::echo_request(sub(1), SERVER, 0x4242);
         xlate_out(env, &ping2, Some(o), "second echo request out (same identifier)");
         assert_eq!(env.mappings().len(), 1, "expected one ICMP mapping");
@@ -337,7 +427,11 @@ fn inbound_other_protocol_on_a_mapped_port_drops() {
             env.expect_verdict(Side::Outside, &p.build(), XDP_DROP, what);
             env.assert_counters(&before, &[("rx_outside", 1), ("no_mapping", 1)], what);
         }
-        assert_eq!((env.mappings().len(), env.sessions().len()), (1, 1), "expected the UDP mapping and session only");
+        assert_eq!(
+            (env.mappings().len(), env.sessions().len()),
+            (1, 1),
+            "expected the UDP mapping and session only"
+        );
     });
 }
 
@@ -381,21 +475,33 @@ fn adf_drops_an_unknown_address() {
         let o = xlate_out(env, &p, None, "UDP out");
         xlate_in(env, &reply(&p, o), (sub(1), 40000), "reply from the contacted remote");
         let before = env.stats();
-        env.expect_verdict(Side::Outside, &Pkt::udp(SERVER2, 53, o.0, o.1).build(), XDP_DROP, "from another address");
+        env.expect_verdict(
+            Side::Outside,
+            &Pkt::udp(SERVER2, 53, o.0, o.1).build(),
+            XDP_DROP,
+            "from another address",
+        );
         env.assert_counters(&before, &[("rx_outside", 1), ("filtered", 1)], "from another address");
-        assert_eq!(env.sessions().len(), 1, "expected no session for the refused remote");
+        assert_eq!(env.live_sessions().len(), 1, "expected no session for the refused remote");
     });
 }
 
 /// RFC 4787 section 5, address-dependent filtering: once X:x sent to Y:y, packets from Y
 /// from ANY port are admitted ("X:x has sent packets to Y:any").
 #[test]
-#[ignore = "BUG: nx_xlate_in (bpf/nx_nat.h) filters address-dependent exactly like address-and-port-dependent"]
 fn adf_admits_another_port_of_a_contacted_address() {
     with_env(&cfg().set("nat", "filtering", "\"address-dependent\""), |env| {
         let p = Pkt::udp(sub(1), 40000, SERVER, 53);
         let o = xlate_out(env, &p, None, "UDP out");
-        xlate_in(env, &Pkt::udp(SERVER, 5353, o.0, o.1), (sub(1), 40000), "from the contacted address, another port");
+        xlate_in(
+            env,
+            &Pkt::udp(SERVER, 5353, o.0, o.1),
+            (sub(1), 40000),
+            "from the contacted address, another port",
+        );
+        let s = env.session(sub(1), 40000, SERVER, 5353, UDP).expect("expected a session for the new port");
+        assert_eq!(s.flags & SF_INBOUND, SF_INBOUND, "expected it flagged inbound");
+        assert_eq!(env.live_sessions().len(), 2, "expected two sessions (the permit record aside)");
     });
 }
 
@@ -406,8 +512,17 @@ fn apdf_drops_another_port_of_a_contacted_address() {
         let o = xlate_out(env, &p, None, "UDP out");
         xlate_in(env, &reply(&p, o), (sub(1), 40000), "reply from the contacted remote and port");
         let before = env.stats();
-        env.expect_verdict(Side::Outside, &Pkt::udp(SERVER, 5353, o.0, o.1).build(), XDP_DROP, "another port");
-        env.assert_counters(&before, &[("rx_outside", 1), ("filtered", 1)], "another port of the contacted address");
+        env.expect_verdict(
+            Side::Outside,
+            &Pkt::udp(SERVER, 5353, o.0, o.1).build(),
+            XDP_DROP,
+            "another port",
+        );
+        env.assert_counters(
+            &before,
+            &[("rx_outside", 1), ("filtered", 1)],
+            "another port of the contacted address",
+        );
     });
 }
 
@@ -425,7 +540,12 @@ fn ip_and_tcp_options_are_carried_through() {
         let opts = [2, 4, 5, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0];
         let syn = Pkt::tcp(sub(1), 40001, SERVER, 443, SYN).tcp_options(&opts);
         let o = xlate_out(env, &syn, None, "SYN with 20 bytes of TCP options");
-        xlate_in(env, &Pkt::tcp(SERVER, 443, o.0, o.1, SYN | ACK).tcp_options(&opts), (sub(1), 40001), "SYN-ACK with options");
+        xlate_in(
+            env,
+            &Pkt::tcp(SERVER, 443, o.0, o.1, SYN | ACK).tcp_options(&opts),
+            (sub(1), 40001),
+            "SYN-ACK with options",
+        );
     });
 }
 
@@ -436,7 +556,11 @@ fn padded_minimum_frames_translate() {
     with_env(&cfg(), |env| {
         let ping = Pkt::echo_request(sub(1), SERVER, 0x0101).payload(&[]).padded(18);
         let f = ping.build();
-        assert_eq!((f.len(), ip_tot_len(&f)), (60, 28), "test setup: a 28-byte ICMP packet in a 60-byte frame");
+        assert_eq!(
+            (f.len(), ip_tot_len(&f)),
+            (60, 28),
+            "test setup: a 28-byte ICMP packet in a 60-byte frame"
+        );
         let o = xlate_out(env, &ping, None, "padded echo request out");
         xlate_in(env, &reply(&ping, o).payload(&[]).padded(18), (sub(1), 0x0101), "padded echo reply in");
 
@@ -464,12 +588,22 @@ fn parity_preserved_and_ports_in_subscriber_blocks() {
         for i in 0..100u16 {
             let inp = 30000 + i;
             let o = xlate_out(env, &Pkt::udp(sub(1), inp, SERVER, 53), None, "UDP flow");
-            assert_eq!(o.1 % 2, inp % 2, "expected outside port {} to have the parity of inside port {inp}", o.1);
+            assert_eq!(
+                o.1 % 2,
+                inp % 2,
+                "expected outside port {} to have the parity of inside port {inp}",
+                o.1
+            );
         }
         for i in 0..20u16 {
             let inp = 31001 + i;
             let o = xlate_out(env, &Pkt::tcp(sub(1), inp, SERVER, 443, SYN), None, "TCP flow");
-            assert_eq!(o.1 % 2, inp % 2, "expected outside TCP port {} to have the parity of inside port {inp}", o.1);
+            assert_eq!(
+                o.1 % 2,
+                inp % 2,
+                "expected outside TCP port {} to have the parity of inside port {inp}",
+                o.1
+            );
         }
         for id in [7u16, 8] {
             xlate_out(env, &Pkt::echo_request(sub(1), SERVER, id), None, "ICMP echo");
@@ -477,7 +611,11 @@ fn parity_preserved_and_ports_in_subscriber_blocks() {
         assert_eq!(env.mappings().len(), 122, "expected 122 mappings");
         check_allocation(env, "after 122 flows");
         let s = env.subscriber(sub(1)).expect("expected the subscriber entry");
-        assert_eq!(s.blocks.iter().filter(|b| **b != 0).count(), 1, "expected 122 ports to fit in one 256-port block");
+        assert_eq!(
+            s.blocks.iter().filter(|b| **b != 0).count(),
+            1,
+            "expected 122 ports to fit in one 256-port block"
+        );
     });
 }
 
@@ -506,7 +644,11 @@ fn paired_pooling_keeps_each_subscriber_on_one_address() {
                 .filter(|(k, _)| ip_from_be(k.in_ip) == sub(n))
                 .map(|(_, m)| ip_from_be(m.out_ip))
                 .collect();
-            assert_eq!(ips.len(), 1, "expected every mapping of subscriber {n} on one outside address, got {ips:?}");
+            assert_eq!(
+                ips.len(),
+                1,
+                "expected every mapping of subscriber {n} on one outside address, got {ips:?}"
+            );
         }
     });
 }
@@ -517,11 +659,11 @@ fn paired_pooling_keeps_each_subscriber_on_one_address() {
 fn sweep_points_new_subscribers_at_the_freest_address() {
     let c = cfg().set("nat", "block_size", "8");
     with_env(&c, |env| {
-        let o1 = xlate_out(env, &Pkt::udp(sub(1), 1000, SERVER, 53), None, "subscriber 1");
+        let o1 = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "subscriber 1");
         env.sweep();
-        let o2 = xlate_out(env, &Pkt::udp(sub(2), 1000, SERVER, 53), None, "subscriber 2");
+        let o2 = xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "subscriber 2");
         env.sweep();
-        let o3 = xlate_out(env, &Pkt::udp(sub(3), 1000, SERVER, 53), None, "subscriber 3");
+        let o3 = xlate_out(env, &Pkt::udp(sub(3), 40000, SERVER, 53), None, "subscriber 3");
         let idx = [env.pool_index(o1.0), env.pool_index(o2.0), env.pool_index(o3.0)];
         assert_eq!(idx, [0, 1, 2], "expected subscribers spread over pool addresses #0, #1, #2, got {idx:?}");
         check_allocation(env, "three subscribers on three addresses");
@@ -534,22 +676,30 @@ fn sweep_points_new_subscribers_at_the_freest_address() {
 fn parity_falls_back_when_one_parity_is_full() {
     let c = cfg().set("nat", "block_size", "4").set("nat", "max_blocks_per_subscriber", "1");
     with_env(&c, |env| {
-        let outs: Vec<u16> =
-            (0..4u16).map(|i| xlate_out(env, &Pkt::udp(sub(1), 1000 + 2 * i, SERVER, 53), None, "even inside port").1).collect();
+        let outs: Vec<u16> = (0..4u16)
+            .map(|i| xlate_out(env, &Pkt::udp(sub(1), 5000 + 2 * i, SERVER, 53), None, "even inside port").1)
+            .collect();
         let even = outs.iter().filter(|p| *p % 2 == 0).count();
-        assert_eq!(even, 2, "expected the block's 2 even ports used first, then its 2 odd ones; got {outs:?}");
+        assert_eq!(
+            even, 2,
+            "expected the block's 2 even ports used first, then its 2 odd ones; got {outs:?}"
+        );
         assert!(outs[..2].iter().all(|p| p % 2 == 0), "expected the first two to keep parity, got {outs:?}");
         let s = env.subscriber(sub(1)).expect("subscriber");
         let (_, lo, hi) = env.block_range(s.blocks[0] - 1);
         let mut sorted = outs.clone();
         sorted.sort();
-        assert_eq!(sorted, (lo as u16..hi as u16).collect::<Vec<_>>(), "expected the whole block [{lo}, {hi}) in use");
+        assert_eq!(
+            sorted,
+            (lo as u16..hi as u16).collect::<Vec<_>>(),
+            "expected the whole block [{lo}, {hi}) in use"
+        );
         check_allocation(env, "one full block");
     });
 }
 
-/// max_blocks_per_subscriber = 1 with 4-port blocks: four mappings, then quota_exceeded;
-/// the existing mappings keep translating both ways.
+/// max_blocks_per_subscriber = 1 with 4-port blocks: four mappings, then quota_exceeded
+/// (answered with ICMP 3/13); the existing mappings keep translating both ways.
 #[test]
 fn quota_exceeded_drops_new_flows_and_keeps_old_ones() {
     let c = cfg().set("nat", "block_size", "4").set("nat", "max_blocks_per_subscriber", "1");
@@ -562,31 +712,49 @@ fn quota_exceeded_drops_new_flows_and_keeps_old_ones() {
             })
             .collect();
         for inp in [5004u16, 5005] {
-            let before = env.stats();
-            env.expect_verdict(Side::Inside, &Pkt::udp(sub(1), inp, SERVER, 53).build(), XDP_DROP, "beyond quota");
-            env.assert_counters(&before, &[("rx_inside", 1), ("quota_exceeded", 1)], "beyond quota");
-            assert!(env.mapping(sub(1), inp, UDP).is_none(), "expected no mapping for the refused flow");
+            expect_refused(env, &Pkt::udp(sub(1), inp, SERVER, 53), "quota_exceeded", "UDP beyond quota");
         }
-        // another protocol shares the block's ports: quota applies too
-        let before = env.stats();
-        env.expect_verdict(Side::Inside, &Pkt::tcp(sub(1), 6000, SERVER, 80, SYN).build(), XDP_DROP, "TCP beyond quota");
-        env.assert_some_counters(&before, &[("quota_exceeded", 1)], "TCP beyond quota");
+        // a block covers its ports on every protocol: TCP has 4 more in the same block
+        let s = env.subscriber(sub(1)).expect("subscriber");
+        let (_, lo, hi) = env.block_range(s.blocks[0] - 1);
+        for i in 0..4u16 {
+            let o =
+                xlate_out(env, &Pkt::tcp(sub(1), 6000 + i, SERVER, 80, SYN), None, "TCP in the same block");
+            assert!(
+                (lo..hi).contains(&(o.1 as u32)),
+                "expected TCP port {} in the subscriber's block [{lo}, {hi})",
+                o.1
+            );
+        }
+        expect_refused(env, &Pkt::tcp(sub(1), 6004, SERVER, 80, SYN), "quota_exceeded", "TCP beyond quota");
         for (p, o) in &flows {
             xlate_out(env, p, Some(*o), "existing flow out after quota drops");
             xlate_in(env, &reply(p, *o), (sub(1), p.sport()), "existing flow in after quota drops");
         }
-        assert_eq!(env.mappings().len(), 4, "expected exactly the 4 mappings within quota");
+        assert_eq!(env.mappings().len(), 8, "expected exactly the 4 UDP and 4 TCP mappings within quota");
         check_allocation(env, "quota full");
         // other subscribers are not affected
         xlate_out(env, &Pkt::udp(sub(2), 5004, SERVER, 53), None, "another subscriber");
     });
 }
 
+#[test]
+fn quota_exceeded_without_icmp_drops() {
+    let c = no_icmp().set("nat", "block_size", "4").set("nat", "max_blocks_per_subscriber", "1");
+    with_env(&c, |env| {
+        for i in 0..4u16 {
+            xlate_out(env, &Pkt::udp(sub(1), 5000 + i, SERVER, 53), None, "within quota");
+        }
+        expect_refused(env, &Pkt::udp(sub(1), 5004, SERVER, 53), "quota_exceeded", "beyond quota, ICMP off");
+    });
+}
+
 fn tiny_pool() -> Cfg {
-    cfg()
-        .set("pool", "addresses", "[\"203.0.113.16\"]")
-        .set("pool", "ports", "\"1024-1031\"")
-        .set("nat", "block_size", "4")
+    cfg().set("pool", "addresses", "[\"203.0.113.16\"]").set("pool", "ports", "\"1024-1031\"").set(
+        "nat",
+        "block_size",
+        "4",
+    )
 }
 
 /// One address, ports 1024-1031, blocks of 4: two blocks. A third subscriber finds none.
@@ -597,9 +765,7 @@ fn pool_exhausted_for_a_third_subscriber() {
         let b = Pkt::udp(sub(2), 7000, SERVER, 53);
         let oa = xlate_out(env, &a, None, "subscriber 1 takes block 1");
         let ob = xlate_out(env, &b, None, "subscriber 2 takes block 2");
-        let before = env.stats();
-        env.expect_verdict(Side::Inside, &Pkt::udp(sub(3), 7000, SERVER, 53).build(), XDP_DROP, "subscriber 3");
-        env.assert_counters(&before, &[("rx_inside", 1), ("pool_exhausted", 1)], "third subscriber");
+        expect_refused(env, &Pkt::udp(sub(3), 7000, SERVER, 53), "pool_exhausted", "third subscriber");
         assert!(env.subscriber(sub(3)).is_none(), "expected no subscriber entry for the refused subscriber");
         xlate_in(env, &reply(&a, oa), (sub(1), 7000), "subscriber 1 still reachable");
         xlate_in(env, &reply(&b, ob), (sub(2), 7000), "subscriber 2 still reachable");
@@ -611,21 +777,23 @@ fn pool_exhausted_for_a_third_subscriber() {
 /// empty: pool_exhausted, not quota_exceeded.
 #[test]
 fn pool_exhausted_for_a_second_block() {
-    with_env(&tiny_pool(), |env| {
+    with_env(&tiny_pool().set("nat", "icmp_errors_per_sec", "0"), |env| {
         xlate_out(env, &Pkt::udp(sub(2), 7000, SERVER, 53), None, "subscriber 2 takes one block");
         for i in 0..4u16 {
             xlate_out(env, &Pkt::udp(sub(1), 7000 + i, SERVER, 53), None, "subscriber 1 fills its block");
         }
-        let before = env.stats();
-        env.expect_verdict(Side::Inside, &Pkt::udp(sub(1), 7004, SERVER, 53).build(), XDP_DROP, "fifth flow");
-        env.assert_counters(&before, &[("rx_inside", 1), ("pool_exhausted", 1)], "a block beyond the pool");
+        expect_refused(env, &Pkt::udp(sub(1), 7004, SERVER, 53), "pool_exhausted", "a block beyond the pool");
         let s = env.subscriber(sub(1)).expect("subscriber 1");
-        assert_eq!(s.blocks.iter().filter(|b| **b != 0).count(), 1, "expected subscriber 1 still holding one block");
+        assert_eq!(
+            s.blocks.iter().filter(|b| **b != 0).count(),
+            1,
+            "expected subscriber 1 still holding one block"
+        );
         check_allocation(env, "pool full");
     });
 }
 
-/// A full mapping table never evicts: the fifth flow is dropped with table_full, its port
+/// A full mapping table never evicts: the fifth flow is refused with table_full, its port
 /// is given back, the four keep working.
 #[test]
 fn full_mapping_table_drops_and_never_evicts() {
@@ -637,9 +805,7 @@ fn full_mapping_table_drops_and_never_evicts() {
                 (p, o)
             })
             .collect();
-        let before = env.stats();
-        env.expect_verdict(Side::Inside, &Pkt::udp(sub(1), 8100, SERVER, 53).build(), XDP_DROP, "fifth mapping");
-        env.assert_counters(&before, &[("rx_inside", 1), ("table_full", 1)], "fifth mapping");
+        expect_refused(env, &Pkt::udp(sub(1), 8100, SERVER, 53), "table_full", "fifth mapping");
         assert_eq!(env.mappings().len(), 4, "expected the 4 mappings, none evicted");
         // the port claimed for the refused flow went back: counts and words agree
         check_allocation(env, "after a table_full drop");
@@ -657,13 +823,30 @@ fn full_session_table_drops_and_keeps_sessions() {
         let b = Pkt::udp(sub(1), 9000, SERVER2, 53);
         let o = xlate_out(env, &a, None, "first session");
         xlate_out(env, &b, Some(o), "second session");
+        let third = Pkt::udp(sub(1), 9000, SERVER, 54);
         let before = env.stats();
-        env.expect_verdict(Side::Inside, &Pkt::udp(sub(1), 9000, SERVER, 54).build(), XDP_DROP, "third session");
-        env.assert_counters(&before, &[("rx_inside", 1), ("table_full", 1)], "third session");
+        let (v, out) = env.inside(&third.build());
+        assert_eq!(verdict_name(v), "XDP_REDIRECT", "third session: expected an ICMP 3/13 back");
+        assert_frame_eq(
+            &out,
+            &icmp_error_about(&third.build(), GW_IN, 3, 13, 0, ip_ident(&out)),
+            "third session",
+        );
+        env.assert_counters(
+            &before,
+            &[("rx_inside", 1), ("table_full", 1), ("icmp_sent", 1)],
+            "third session",
+        );
         let before = env.stats();
-        env.expect_verdict(Side::Outside, &Pkt::udp(SERVER2, 99, o.0, o.1).build(), XDP_DROP, "inbound 3rd session");
+        env.expect_verdict(
+            Side::Outside,
+            &Pkt::udp(SERVER2, 99, o.0, o.1).build(),
+            XDP_DROP,
+            "inbound 3rd session",
+        );
         env.assert_counters(&before, &[("rx_outside", 1), ("table_full", 1)], "inbound third session");
         assert_eq!(env.sessions().len(), 2, "expected the two sessions kept");
+        // an inbound packet that cannot get a session is dropped silently (no ICMP)
         xlate_in(env, &reply(&a, o), (sub(1), 9000), "first session still works");
         xlate_in(env, &reply(&b, o), (sub(1), 9000), "second session still works");
     });
@@ -692,12 +875,20 @@ fn expiry_releases_holds_down_then_frees() {
         sleep_until(t0, Duration::from_millis(1300));
         let now_s = mono_secs();
         let r = env.sweep();
-        assert_eq!((r.sessions_expired, r.mappings_released), (3, 3), "expected 3 sessions and mappings expired: {r:?}");
+        assert_eq!(
+            (r.sessions_expired, r.mappings_released),
+            (3, 3),
+            "expected 3 sessions and mappings expired: {r:?}"
+        );
         assert!(env.sessions().is_empty(), "expected no session left");
         assert!(env.mappings().is_empty(), "expected no mapping left");
         for (proto, port) in ports {
             let w = env.port_word(addr, proto, port);
-            assert_eq!(port_state(w), PORT_HELD, "expected port {port}/{proto} HELD after expiry, word {w:#x}");
+            assert_eq!(
+                port_state(w),
+                PORT_HELD,
+                "expected port {port}/{proto} HELD after expiry, word {w:#x}"
+            );
             let at = (w as u32) as u64;
             assert!(at.abs_diff(now_s) <= 1, "expected the hold-down start {at} to be now ({now_s})");
         }
@@ -731,7 +922,12 @@ fn inbound_to_an_expired_mapping_is_no_mapping() {
         env.sweep();
         assert!(env.mappings().is_empty(), "expected the mapping expired");
         let before = env.stats();
-        env.expect_verdict(Side::Outside, &reply(&p, o).build(), XDP_DROP, "reply to the expired mapping (port held)");
+        env.expect_verdict(
+            Side::Outside,
+            &reply(&p, o).build(),
+            XDP_DROP,
+            "reply to the expired mapping (port held)",
+        );
         env.assert_counters(&before, &[("rx_outside", 1), ("no_mapping", 1)], "reply to an expired mapping");
         env.assert_some_counters(&before, &[("sessions_created", 0)], "no session from a stale port");
     });
@@ -740,7 +936,6 @@ fn inbound_to_an_expired_mapping_is_no_mapping() {
 /// RFC 4787 REQ-6: outbound traffic refreshes the session. A packet at 0.8 s of a 1 s
 /// timeout must carry the session past a sweep at 1.3 s.
 #[test]
-#[ignore = "BUG: nx_sess_touch (bpf/nx_session.h) skips refreshes under NX_REFRESH_SLACK (64 ticks ~1.07 s) even when that exceeds the timeout"]
 fn outbound_traffic_refreshes_a_session() {
     with_env(&short_timeouts(), |env| {
         let t0 = Instant::now();
@@ -750,7 +945,10 @@ fn outbound_traffic_refreshes_a_session() {
         xlate_out(env, &p, Some(o), "refreshing packet at 0.8 s");
         sleep_until(t0, Duration::from_millis(1300));
         let r = env.sweep();
-        assert_eq!(r.sessions_expired, 0, "expected the refreshed session to survive the sweep at 1.3 s: {r:?}");
+        assert_eq!(
+            r.sessions_expired, 0,
+            "expected the refreshed session to survive the sweep at 1.3 s: {r:?}"
+        );
         assert!(env.session(sub(1), 40000, SERVER, 53, UDP).is_some(), "expected the session still there");
         xlate_in(env, &reply(&p, o), (sub(1), 40000), "reply after the sweep");
     });
@@ -799,7 +997,10 @@ fn tcp_timeout_follows_the_state() {
         assert_eq!(r.sessions_expired, 2, "expected the half-open and the reset sessions expired: {r:?}");
         assert_state(env, est, srv, ST_EST, "established session after the sweep");
         assert!(state(env, half, srv, TCP).is_none(), "expected the half-open session gone");
-        assert!(state(env, reset, srv, TCP).is_none(), "expected the reset session gone after the transitory timeout");
+        assert!(
+            state(env, reset, srv, TCP).is_none(),
+            "expected the reset session gone after the transitory timeout"
+        );
     });
 }
 
@@ -908,7 +1109,11 @@ fn tcp_inbound_syn_then_outbound_synack() {
         assert_eq!(s.flags & 1, 1, "expected the session flagged inbound");
         xlate_out(env, &Pkt::tcp(me.0, me.1, peer.0, peer.1, SYN | ACK), Some(o), "SYN-ACK out");
         assert_state(env, me, peer, ST_EST, "after SYN-ACK out");
-        assert_eq!(env.mapping(me.0, me.1, TCP).map(|m| m.nsess), Some(2), "expected two sessions on the mapping");
+        assert_eq!(
+            env.mapping(me.0, me.1, TCP).map(|m| m.nsess),
+            Some(2),
+            "expected two sessions on the mapping"
+        );
     });
 }
 
@@ -936,6 +1141,16 @@ fn out_tcp(o: Ep) -> Vec<u8> {
 }
 fn out_icmp(o: Ep) -> Vec<u8> {
     Pkt::echo_reply(SERVER, o.0, o.1).build()
+}
+
+/// The IP packet natrix sent out for the flow the outside cases open, as an ICMP error
+/// from the outside quotes it (source = the outside endpoint `o`).
+fn sent_quote(o: Ep) -> Vec<u8> {
+    ip_bytes(&Pkt::udp(sub(1), 40000, SERVER, 53).with_src(o.0, o.1).forwarded().build(), 548)
+}
+/// A packet to subscriber 1 as an ICMP error from it would quote it.
+fn delivered_quote() -> Vec<u8> {
+    ip_bytes(&Pkt::udp(SERVER, 53, sub(1), 40000).forwarded().build(), 548)
 }
 
 fn truncate_l4(mut f: Vec<u8>, l4_bytes: usize) -> Vec<u8> {
@@ -977,7 +1192,11 @@ fn arp() -> Vec<u8> {
 fn ipv6() -> Vec<u8> {
     let mut f = Vec::new();
     etherparse::PacketBuilder::ethernet2(mac_of(sub(1)), IN_MAC)
-        .ipv6([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2], [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 64)
+        .ipv6(
+            [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            64,
+        )
         .udp(40000, 53)
         .write(&mut f, b"v6")
         .expect("ipv6");
@@ -1045,12 +1264,12 @@ malformed! {
     in_udp_len_beyond_ip_payload: Inside, |_| l4_u16(in_udp(), 4, 19), XDP_DROP, "malformed_l4";
     in_truncated_icmp_header: Inside, |_| truncate_l4(in_icmp(), 4), XDP_DROP, "malformed_l4";
     in_icmp_header_cut_by_tot_len: Inside, |_| tot_len(in_icmp(), -(ip_tot_len(&in_icmp()) as i32 - 24)), XDP_DROP, "malformed_l4";
-    in_fragment_more_fragments: Inside, |_| ip_byte(in_udp(), 6, 0x20), XDP_DROP, "fragment";
-    in_fragment_offset: Inside, |_| ip_byte(ip_byte(in_udp(), 6, 0x00), 7, 0xb9), XDP_DROP, "fragment";
     in_gre_unsupported: Inside, |_| Pkt::other(sub(1), SERVER, 47).build(), XDP_DROP, "unsupported_proto";
     in_sctp_unsupported: Inside, |_| Pkt::other(sub(1), SERVER, 132).build(), XDP_DROP, "unsupported_proto";
     in_icmp_timestamp_unsupported: Inside, |_| Pkt::icmp(sub(1), SERVER, 13, 0).build(), XDP_DROP, "unsupported_icmp";
-    in_icmp_unreachable_unsupported: Inside, |_| Pkt::icmp(sub(1), SERVER, 3, 3).build(), XDP_DROP, "unsupported_icmp";
+    in_icmp_redirect_unsupported: Inside, |_| Pkt::icmp(sub(1), SERVER, 5, 1).build(), XDP_DROP, "unsupported_icmp";
+    in_icmp_error_truncated_quote: Inside, |_| Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &delivered_quote()[..20]).build(), XDP_DROP, "icmp_malformed";
+    in_icmp_error_about_nothing_delivered: Inside, |_| Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &delivered_quote()).build(), XDP_DROP, "no_mapping";
     // ---- outside ----
     out_arp_passes: Outside, |_| arp(), XDP_PASS, "pass_not_ipv4";
     out_truncated_ip_header: Outside, |o| out_udp(o)[..ETH_LEN + 16].to_vec(), XDP_DROP, "malformed_ip";
@@ -1064,10 +1283,16 @@ malformed! {
     out_udp_len_below_8: Outside, |o| l4_u16(out_udp(o), 4, 0), XDP_DROP, "malformed_l4";
     out_udp_len_beyond_ip_payload: Outside, |o| l4_u16(out_udp(o), 4, 100), XDP_DROP, "malformed_l4";
     out_truncated_icmp_header: Outside, |o| truncate_l4(out_icmp(o), 6), XDP_DROP, "malformed_l4";
-    out_fragment_to_pool: Outside, |o| ip_byte(out_udp(o), 6, 0x20), XDP_DROP, "fragment";
     out_fragment_not_for_pool_passes: Outside, |_| ip_byte(Pkt::udp(SERVER, 53, GW_OUT, 53).build(), 6, 0x20), XDP_PASS, "pass_local";
     out_gre_to_pool_unsupported: Outside, |o| Pkt::other(SERVER, o.0, 47).build(), XDP_DROP, "unsupported_proto";
     out_icmp_timestamp_unsupported: Outside, |o| Pkt::icmp(SERVER, o.0, 13, 0).build(), XDP_DROP, "unsupported_icmp";
+    out_icmp_error_truncated_quote: Outside, |o| Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &sent_quote(o)[..24]).build(), XDP_DROP, "icmp_malformed";
+    out_icmp_error_quote_not_ipv4: Outside, |o| { let mut q = sent_quote(o); q[0] = 0x65; Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &q).build() }, XDP_DROP, "icmp_malformed";
+    out_icmp_error_bad_icmp_checksum: Outside, |o| { let mut f = Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &sent_quote(o)).build(); let x = l4_off(&f); f[x + 2] ^= 0x10; f }, XDP_DROP, "icmp_bad_checksum";
+    out_icmp_error_bad_quoted_ip_checksum: Outside, |o| { let mut q = sent_quote(o); q[10] ^= 0x10; Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &q).build() }, XDP_DROP, "icmp_bad_checksum";
+    out_icmp_error_about_an_icmp_error: Outside, |o| Pkt::icmp_err(SERVER, o.0, 11, 0, [0; 4], &ip_bytes(&Pkt::icmp_err(o.0, SERVER, 3, 3, [0; 4], &sent_quote(o)).build(), 548)).build(), XDP_DROP, "unsupported_icmp";
+    out_icmp_error_about_gre: Outside, |o| Pkt::icmp_err(SERVER, o.0, 3, 2, [0; 4], &ip_bytes(&Pkt::other(o.0, SERVER, 47).payload(b"12345678").build(), 548)).build(), XDP_DROP, "unsupported_proto";
+    out_icmp_error_about_an_unmapped_port: Outside, |o| Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &sent_quote((o.0, o.1 ^ 0x40))).build(), XDP_DROP, "no_mapping";
 }
 
 /// A frame shorter than an Ethernet header must be dropped as malformed_eth. It can only
@@ -1107,6 +1332,11 @@ fn outbound_passes_untranslated() {
         ("to the gateway's outside address", Pkt::udp(sub(1), 40000, GW_OUT, 53), "pass_local"),
         ("inside to inside", Pkt::udp(sub(1), 40000, sub(2), 53), "pass_local"),
         ("no route", Pkt::udp(sub(1), 40000, Ipv4Addr::new(192, 0, 2, 1), 53), "pass_local"),
+        (
+            "ICMP error TTL 1",
+            Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &delivered_quote()).ttl(1),
+            "pass_ttl",
+        ),
     ];
     with_env(&cfg(), |env| {
         for (what, p, counter) in &rows {
@@ -1161,9 +1391,14 @@ fn outbound_without_neighbour_passes_translated() {
     with_env(&cfg(), |env| {
         let p = Pkt::udp(sub(1), 40000, NO_NEIGH_REMOTE, 53);
         let before = env.stats();
-        let out = env.expect_verdict(Side::Inside, &p.build(), XDP_PASS, "to a remote without neighbour entry");
+        let out =
+            env.expect_verdict(Side::Inside, &p.build(), XDP_PASS, "to a remote without neighbour entry");
         let o = (src_ip(&out), sport(&out));
-        assert!(env.cfg.pool.addresses.contains(&o.0), "expected the packet already translated, source {}", o.0);
+        assert!(
+            env.cfg.pool.addresses.contains(&o.0),
+            "expected the packet already translated, source {}",
+            o.0
+        );
         assert_frame_eq(&out, &p.clone().with_src(o.0, o.1).build(), "translated, otherwise untouched");
         assert_csums(&out, "pass_no_neigh output");
         env.assert_some_counters(
@@ -1172,7 +1407,12 @@ fn outbound_without_neighbour_passes_translated() {
             "no neighbour",
         );
         // once resolved, the same mapping is used
-        xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), Some(o), "same inside endpoint to a resolved remote");
+        xlate_out(
+            env,
+            &Pkt::udp(sub(1), 40000, SERVER, 53),
+            Some(o),
+            "same inside endpoint to a resolved remote",
+        );
     });
 }
 
@@ -1185,9 +1425,17 @@ fn inbound_without_neighbour_passes_translated() {
         let r = reply(&p, o);
         let before = env.stats();
         let out = env.expect_verdict(Side::Outside, &r.build(), XDP_PASS, "reply to it");
-        assert_frame_eq(&out, &r.clone().with_dst(NO_NEIGH_SUB, 40000).build(), "translated, otherwise untouched");
+        assert_frame_eq(
+            &out,
+            &r.clone().with_dst(NO_NEIGH_SUB, 40000).build(),
+            "translated, otherwise untouched",
+        );
         assert_csums(&out, "inbound pass_no_neigh output");
-        env.assert_counters(&before, &[("rx_outside", 1), ("translated_in", 1), ("pass_no_neigh", 1)], "reply");
+        env.assert_counters(
+            &before,
+            &[("rx_outside", 1), ("translated_in", 1), ("pass_no_neigh", 1)],
+            "reply",
+        );
     });
 }
 
@@ -1210,10 +1458,22 @@ fn oversized_outbound_with_and_without_df() {
         let before = env.stats();
         let out = env.expect_verdict(Side::Inside, &nodf.build(), XDP_PASS, "1628-byte packet without DF");
         let o = (src_ip(&out), sport(&out));
-        assert!(env.cfg.pool.addresses.contains(&o.0), "oversized without DF: expected translated, source {}", o.0);
-        assert_frame_eq(&out, &nodf.clone().with_src(o.0, o.1).build(), "oversized without DF: translated only");
+        assert!(
+            env.cfg.pool.addresses.contains(&o.0),
+            "oversized without DF: expected translated, source {}",
+            o.0
+        );
+        assert_frame_eq(
+            &out,
+            &nodf.clone().with_src(o.0, o.1).build(),
+            "oversized without DF: translated only",
+        );
         assert_csums(&out, "oversized without DF");
-        env.assert_some_counters(&before, &[("translated_out", 1), ("pass_no_neigh", 1)], "oversized without DF");
+        env.assert_some_counters(
+            &before,
+            &[("translated_out", 1), ("pass_too_big", 1)],
+            "oversized without DF",
+        );
     });
 }
 
@@ -1245,11 +1505,14 @@ fn hairpin_between_two_subscribers() {
             &[("translated_out", 1), ("translated_in", 1), ("redirected", 1), ("sessions_created", 2)],
             "hairpin B -> A",
         );
-        let s = env.session(a_in.0, a_in.1, b_out.0, b_out.1, UDP).expect("expected A's session with B's outside");
+        let s = env
+            .session(a_in.0, a_in.1, b_out.0, b_out.1, UDP)
+            .expect("expected A's session with B's outside");
         assert_eq!(s.flags & 1, 1, "expected A's hairpin session flagged inbound");
 
         let back = Pkt::udp(a_in.0, a_in.1, b_out.0, b_out.1).payload(b"hello B");
-        let out = env.expect_verdict(Side::Inside, &back.build(), XDP_REDIRECT, "A answers B's outside endpoint");
+        let out =
+            env.expect_verdict(Side::Inside, &back.build(), XDP_REDIRECT, "A answers B's outside endpoint");
         assert_frame_eq(
             &out,
             &back.clone().with_src(a_out.0, a_out.1).with_dst(b_in.0, b_in.1).forwarded().build(),
@@ -1291,7 +1554,7 @@ fn hairpin_to_an_unmapped_pool_port_drops() {
 /// copy will see it"): such packets are sent again, as a client would retransmit.
 #[test]
 fn concurrent_allocation_for_one_subscriber() {
-    with_env(&cfg(), |env| {
+    with_env(&no_icmp(), |env| {
         let (fd, ifx) = env.prog_fd(Side::Inside);
         let ns = env.ns.clone();
         let barrier = Barrier::new(2);
@@ -1302,8 +1565,9 @@ fn concurrent_allocation_for_one_subscriber() {
                     let (ns, barrier) = (&ns, &barrier);
                     s.spawn(move || {
                         enter_netns(ns);
-                        let pkts: Vec<(u16, Vec<u8>)> =
-                            (0..300u16).map(|i| (base + i, Pkt::udp(sub(1), base + i, SERVER, 53).build())).collect();
+                        let pkts: Vec<(u16, Vec<u8>)> = (0..300u16)
+                            .map(|i| (base + i, Pkt::udp(sub(1), base + i, SERVER, 53).build()))
+                            .collect();
                         barrier.wait();
                         pkts.iter().map(|(port, p)| (*port, xdp_run_fd(fd, ifx, p).0)).collect::<Vec<_>>()
                     })
@@ -1316,7 +1580,12 @@ fn concurrent_allocation_for_one_subscriber() {
             if v != XDP_REDIRECT {
                 retried += 1;
                 let (v2, _) = env.inside(&Pkt::udp(sub(1), port, SERVER, 53).build());
-                assert_eq!(v2, XDP_REDIRECT, "expected flow {port} translated on retry (first try: {})", verdict_name(v));
+                assert_eq!(
+                    v2,
+                    XDP_REDIRECT,
+                    "expected flow {port} translated on retry (first try: {})",
+                    verdict_name(v)
+                );
             }
         }
         let st = env.stats();
@@ -1331,5 +1600,382 @@ fn concurrent_allocation_for_one_subscriber() {
             st[stat_idx("alloc_retries")],
             st[stat_idx("quota_exceeded")]
         );
+    });
+}
+
+// =============================================================================================
+// 9. Fragments (RFC 4787 REQ-14)
+// =============================================================================================
+
+/// A UDP datagram of 100 bytes of payload without DF, and its two fragments (64 + 44 bytes).
+fn frag_datagram(p: Pkt) -> Pkt {
+    let mut p = p.payload(&(0..100u8).collect::<Vec<_>>());
+    p.df = false;
+    p
+}
+
+/// Outbound: the first fragment carries the ports and is translated like a whole datagram
+/// (its UDP checksum covers the whole datagram); a later fragment only gets the subscriber's
+/// pool address as source. Compared with the fragments of the datagram translated whole.
+#[test]
+fn fragments_outbound_in_order() {
+    with_env(&cfg(), |env| {
+        let p = frag_datagram(Pkt::udp(sub(1), 40000, SERVER, 53));
+        let (f1, f2) = fragment(&p.build(), 64);
+        let out1 = env.expect_verdict(Side::Inside, &f1, XDP_REDIRECT, "first fragment out");
+        let o = (src_ip(&out1), sport(&out1));
+        let (e1, e2) = fragment(&p.clone().with_src(o.0, o.1).forwarded().build(), 64);
+        assert_frame_eq(&out1, &e1, "first fragment out");
+        assert!(ip_csum_ok(&out1), "first fragment: expected a valid IP header checksum");
+        assert!(
+            env.mapping(sub(1), 40000, UDP).is_some(),
+            "expected the first fragment to create the mapping"
+        );
+        let before = env.stats();
+        let out2 = env.expect_verdict(Side::Inside, &f2, XDP_REDIRECT, "second fragment out");
+        assert_frame_eq(&out2, &e2, "second fragment out: pool address as source");
+        env.assert_counters(
+            &before,
+            &[("rx_inside", 1), ("fragments_out", 1), ("redirected", 1)],
+            "second fragment",
+        );
+    });
+}
+
+/// A later fragment seen before any mapping of its subscriber still gets the address every
+/// mapping of that subscriber will have (paired pooling).
+#[test]
+fn fragments_outbound_later_fragment_first() {
+    with_env(&cfg(), |env| {
+        xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "another subscriber first");
+        env.sweep(); // the next new subscriber goes to another pool address
+        let p = frag_datagram(Pkt::udp(sub(1), 40000, SERVER, 53));
+        let (f1, f2) = fragment(&p.build(), 64);
+        let out2 = env.expect_verdict(Side::Inside, &f2, XDP_REDIRECT, "later fragment first");
+        let out1 = env.expect_verdict(Side::Inside, &f1, XDP_REDIRECT, "then the first fragment");
+        let o = (src_ip(&out1), sport(&out1));
+        let (e1, e2) = fragment(&p.clone().with_src(o.0, o.1).forwarded().build(), 64);
+        assert_frame_eq(&out2, &e2, "later fragment: the subscriber's pool address");
+        assert_frame_eq(&out1, &e1, "first fragment");
+    });
+}
+
+#[test]
+fn fragments_inbound_in_order_and_out_of_order() {
+    with_env(&cfg(), |env| {
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
+        let o = xlate_out(env, &p, None, "UDP out");
+        // in order
+        let r = frag_datagram(reply(&p, o));
+        let (f1, f2) = fragment(&r.build(), 64);
+        let (e1, e2) = fragment(&r.clone().with_dst(sub(1), 40000).forwarded().build(), 64);
+        let out1 = env.expect_verdict(Side::Outside, &f1, XDP_REDIRECT, "first fragment in");
+        assert_frame_eq(&out1, &e1, "first fragment in");
+        let before = env.stats();
+        let out2 = env.expect_verdict(Side::Outside, &f2, XDP_REDIRECT, "second fragment in");
+        assert_frame_eq(&out2, &e2, "second fragment in: the first one's inside address");
+        env.assert_counters(
+            &before,
+            &[("rx_outside", 1), ("fragments_in", 1), ("redirected", 1)],
+            "second fragment in",
+        );
+        // out of order: the later fragment is held for the daemon until the first is seen
+        let mut r2 = r.clone();
+        r2.ident = 0x7777;
+        let (g1, g2) = fragment(&r2.build(), 64);
+        let (h1, h2) = fragment(&r2.clone().with_dst(sub(1), 40000).forwarded().build(), 64);
+        let before = env.stats();
+        env.expect_verdict(Side::Outside, &g2, XDP_DROP, "later fragment before its first");
+        env.assert_counters(&before, &[("rx_outside", 1), ("fragments_held", 1)], "later fragment held");
+        let out = env.expect_verdict(Side::Outside, &g1, XDP_REDIRECT, "its first fragment");
+        assert_frame_eq(&out, &h1, "first fragment after a held one");
+        let out =
+            env.expect_verdict(Side::Outside, &g2, XDP_REDIRECT, "the held fragment again (re-injected)");
+        assert_frame_eq(&out, &h2, "re-injected later fragment");
+    });
+}
+
+/// Hairpinned fragments are not supported: dropped as `fragment`, no state for the sender.
+#[test]
+fn fragments_hairpinned_drop() {
+    with_env(&cfg(), |env| {
+        let a = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "A out");
+        let p = frag_datagram(Pkt::udp(sub(2), 41000, a.0, a.1));
+        for (what, f) in
+            [("first fragment", fragment(&p.build(), 64).0), ("later fragment", fragment(&p.build(), 64).1)]
+        {
+            let before = env.stats();
+            env.expect_verdict(Side::Inside, &f, XDP_DROP, what);
+            env.assert_counters(&before, &[("rx_inside", 1), ("fragment", 1)], what);
+        }
+        assert!(env.subscriber(sub(2)).is_none(), "expected no state for the hairpinning sender");
+    });
+}
+
+// =============================================================================================
+// 10. ICMP errors crossing the NAT (RFC 5508)
+// =============================================================================================
+
+/// A remote's port unreachable about our UDP packet: the quoted packet's source becomes the
+/// inside endpoint again (with its IP and UDP checksums), the outer destination the
+/// subscriber; the ICMP checksum follows. Quote complete.
+#[test]
+fn icmp_error_in_about_udp() {
+    with_env(&cfg(), |env| {
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53).payload(b"query");
+        let o = xlate_out(env, &p, None, "UDP out");
+        let sent = ip_bytes(&p.clone().with_src(o.0, o.1).forwarded().build(), 548);
+        let as_inside = ip_bytes(&p.clone().forwarded().build(), 548);
+        let err = Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &sent);
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Outside, &err.build(), XDP_REDIRECT, "port unreachable in");
+        let exp = Pkt::icmp_err(SERVER, sub(1), 3, 3, [0; 4], &as_inside).forwarded().build();
+        assert_frame_eq(&out, &exp, "ICMP error translated to the subscriber");
+        assert_csums(&out, "ICMP error in");
+        env.assert_counters(
+            &before,
+            &[("rx_outside", 1), ("icmp_errors_in", 1), ("redirected", 1)],
+            "ICMP error in",
+        );
+        assert_eq!(env.sessions().len(), 1, "expected an ICMP error to create no session");
+    });
+}
+
+/// A router's time exceeded about a TCP SYN, quoting only the IP header and 8 bytes (the
+/// TCP checksum is not in the quote).
+#[test]
+fn icmp_error_in_about_tcp_short_quote() {
+    with_env(&cfg(), |env| {
+        let p = Pkt::tcp(sub(1), 40001, SERVER, 443, SYN);
+        let o = xlate_out(env, &p, None, "SYN out");
+        let sent = ip_bytes(&p.clone().with_src(o.0, o.1).forwarded().build(), 28);
+        let as_inside = ip_bytes(&p.clone().forwarded().build(), 28);
+        let err = Pkt::icmp_err(SERVER2, o.0, 11, 0, [0; 4], &sent);
+        let out = env.expect_verdict(Side::Outside, &err.build(), XDP_REDIRECT, "time exceeded in");
+        let exp = Pkt::icmp_err(SERVER2, sub(1), 11, 0, [0; 4], &as_inside).forwarded().build();
+        assert_frame_eq(&out, &exp, "time exceeded translated");
+        assert_csums(&out, "time exceeded in");
+    });
+}
+
+#[test]
+fn icmp_error_in_about_echo() {
+    with_env(&cfg(), |env| {
+        let p = Pkt::echo_request(sub(1), SERVER, 0x3131);
+        let o = xlate_out(env, &p, None, "echo request out");
+        let sent = ip_bytes(&p.clone().with_src(o.0, o.1).forwarded().build(), 548);
+        let as_inside = ip_bytes(&p.clone().forwarded().build(), 548);
+        let err = Pkt::icmp_err(SERVER2, o.0, 3, 1, [0; 4], &sent);
+        let out = env.expect_verdict(Side::Outside, &err.build(), XDP_REDIRECT, "host unreachable in");
+        let exp = Pkt::icmp_err(SERVER2, sub(1), 3, 1, [0; 4], &as_inside).forwarded().build();
+        assert_frame_eq(&out, &exp, "host unreachable about an echo, translated");
+        assert_csums(&out, "host unreachable in");
+    });
+}
+
+/// A subscriber's port unreachable about a packet natrix delivered to it: the quoted
+/// destination becomes the outside endpoint, the outer source the pool address.
+#[test]
+fn icmp_error_out_from_a_subscriber() {
+    with_env(&cfg(), |env| {
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
+        let o = xlate_out(env, &p, None, "UDP out");
+        let r = reply(&p, o);
+        xlate_in(env, &r, (sub(1), 40000), "reply in");
+        let received = ip_bytes(&r.clone().with_dst(sub(1), 40000).forwarded().build(), 548);
+        let as_sent = ip_bytes(&r.clone().forwarded().build(), 548);
+        let err = Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &received);
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Inside, &err.build(), XDP_REDIRECT, "port unreachable out");
+        let mut exp = Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &as_sent).forwarded();
+        exp.src = o.0;
+        assert_frame_eq(&out, &exp.build(), "ICMP error from the subscriber, translated");
+        assert_csums(&out, "ICMP error out");
+        env.assert_counters(
+            &before,
+            &[("rx_inside", 1), ("icmp_errors_out", 1), ("redirected", 1)],
+            "ICMP error out",
+        );
+    });
+}
+
+// =============================================================================================
+// 11. MTU towards the inside (RFC 4787 REQ-13)
+// =============================================================================================
+
+/// Too big for in0 (MTU lowered to 1280) with DF: natrix answers the remote itself with
+/// "fragmentation needed" from the pool address, quoting the packet as the remote sent it.
+/// Without DF the packet is translated and handed to the kernel, which fragments it.
+#[test]
+fn inbound_too_big_for_the_inside_link() {
+    with_env(&cfg(), |env| {
+        env.ip(&["link", "set", IN_IF, "mtu", "1280"]);
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
+        let o = xlate_out(env, &p, None, "UDP out");
+        let big = reply(&p, o).payload(&[0x44; 1300]);
+        let f = big.build();
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Outside, &f, XDP_REDIRECT, "1328-byte reply with DF");
+        let exp = icmp_error_about(&f, o.0, 3, 4, 1280, ip_ident(&out));
+        assert_frame_eq(&out, &exp, "fragmentation needed (MTU 1280) to the remote");
+        assert_csums(&out, "fragmentation needed");
+        env.assert_counters(
+            &before,
+            &[("rx_outside", 1), ("mtu_exceeded", 1), ("icmp_sent", 1)],
+            "DF too big",
+        );
+
+        let mut nodf = big.clone();
+        nodf.df = false;
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Outside, &nodf.build(), XDP_PASS, "1328-byte reply without DF");
+        assert_frame_eq(
+            &out,
+            &nodf.clone().with_dst(sub(1), 40000).build(),
+            "translated for the kernel to fragment",
+        );
+        assert_csums(&out, "too big without DF");
+        env.assert_counters(
+            &before,
+            &[("rx_outside", 1), ("translated_in", 1), ("pass_fib_other", 1)],
+            "no DF",
+        );
+    });
+}
+
+// =============================================================================================
+// 12. Exclusions, static forwards, port class, rate limit
+// =============================================================================================
+
+/// RFC 6888 REQ-6: destinations in [[exclude]] are routed untranslated (by XDP).
+#[test]
+fn excluded_destination_is_routed_untranslated() {
+    with_env(&cfg().raw("[[exclude]]\nprefix = \"198.51.100.3/32\""), |env| {
+        let p = Pkt::udp(sub(1), 40000, SERVER2, 53);
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Inside, &p.build(), XDP_REDIRECT, "to an excluded destination");
+        assert_frame_eq(&out, &p.clone().forwarded().build(), "routed as is (TTL - 1, new MACs)");
+        env.assert_counters(
+            &before,
+            &[("rx_inside", 1), ("pass_excluded", 1), ("redirected", 1)],
+            "excluded",
+        );
+        env.assert_no_state("excluded destination");
+        xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "other destinations still translated");
+    });
+}
+
+/// A static forward: open to anyone whatever the filtering, used by the inside endpoint's
+/// own outbound traffic, never expired.
+#[test]
+fn static_forward() {
+    let c = short_timeouts()
+        .set("nat", "filtering", "\"address-and-port-dependent\"")
+        .raw("[[forward]]\nproto = \"udp\"\noutside = \"203.0.113.16:5353\"\ninside = \"100.64.0.2:53\"");
+    with_env(&c, |env| {
+        let t0 = Instant::now();
+        let w = env.port_word(0, UDP, 5353);
+        assert_eq!(port_state(w), PORT_STATIC, "expected 203.0.113.16:5353/udp STATIC, word {w:#x}");
+        let m = env.mapping(sub(1), 53, UDP).expect("expected the static mapping");
+        assert_eq!(m.flags & 1, 1, "expected the mapping flagged static");
+        xlate_in(env, &Pkt::udp(SERVER, 1111, POOL0, 5353), (sub(1), 53), "unsolicited, to the forward");
+        xlate_out(
+            env,
+            &Pkt::udp(sub(1), 53, SERVER, 1111),
+            Some((POOL0, 5353)),
+            "the answer uses the forward",
+        );
+        assert_eq!(env.mappings().len(), 1, "expected no dynamic mapping");
+        sleep_until(t0, Duration::from_millis(1300));
+        let r = env.sweep();
+        assert_eq!(
+            (r.sessions_expired, r.mappings_released),
+            (1, 0),
+            "expected the session expired, not the forward"
+        );
+        assert!(env.mapping(sub(1), 53, UDP).is_some(), "expected the static mapping kept");
+        assert_eq!(port_state(env.port_word(0, UDP, 5353)), PORT_STATIC, "expected the port still STATIC");
+        xlate_in(env, &Pkt::udp(SERVER2, 2222, POOL0, 5353), (sub(1), 53), "another remote, after expiry");
+    });
+}
+
+/// RFC 4787 REQ-3 (port_class, on by default): an inside port below 1024 gets an outside
+/// port below 1024, of the same parity; higher ones stay in the subscriber's blocks.
+#[test]
+fn port_class_keeps_low_ports_low() {
+    with_env(&cfg(), |env| {
+        for (inp, tcp) in [(123u16, false), (53, false), (80, true), (443, true), (1023, false)] {
+            let p =
+                if tcp { Pkt::tcp(sub(1), inp, SERVER, 80, SYN) } else { Pkt::udp(sub(1), inp, SERVER, 123) };
+            let o = xlate_out(env, &p, None, "low inside port");
+            assert!(
+                (1..1024).contains(&o.1),
+                "expected outside port {} below 1024 for inside port {inp}",
+                o.1
+            );
+            assert_eq!(o.1 % 2, inp % 2, "expected outside port {} with the parity of {inp}", o.1);
+        }
+        let o = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "high inside port");
+        assert!(o.1 >= 1024, "expected outside port {} from the blocks for inside port 40000", o.1);
+        check_allocation(env, "low and high ports");
+    });
+}
+
+#[test]
+fn port_class_off_uses_blocks_for_low_ports() {
+    with_env(&cfg().set("nat", "port_class", "false"), |env| {
+        let o = xlate_out(env, &Pkt::udp(sub(1), 123, SERVER, 123), None, "low inside port, port_class off");
+        assert!(o.1 >= 1024, "expected outside port {} from the blocks with port_class off", o.1);
+        check_allocation(env, "port_class off");
+    });
+}
+
+/// Subscriber 1 holds only a low-port mapping (port class: not counted in any block). Its
+/// entry must survive sweeps while that mapping lives, and its next mapping must be on the
+/// same pool address (paired pooling, RFC 4787 REQ-2).
+#[test]
+fn low_port_only_subscriber_keeps_its_address() {
+    with_env(&cfg(), |env| {
+        xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "subscriber 2 on address #0");
+        let lo = xlate_out(env, &Pkt::udp(sub(1), 123, SERVER, 123), None, "subscriber 1, low port only");
+        env.sweep();
+        env.sweep();
+        assert!(
+            env.subscriber(sub(1)).is_some(),
+            "expected subscriber 1 kept while its mapping {lo:?} lives (sweeps removed it)"
+        );
+        let hi = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "subscriber 1, high port");
+        assert_eq!(
+            hi.0, lo.0,
+            "paired pooling: expected every mapping of subscriber 1 on {}, got {}",
+            lo.0, hi.0
+        );
+    });
+}
+
+/// RFC 6888 REQ-5: at most max_new_mappings_per_sec new mappings per subscriber; existing
+/// mappings are not affected; tokens come back with time.
+#[test]
+fn new_mapping_rate_limit() {
+    with_env(&no_icmp().set("nat", "max_new_mappings_per_sec", "5"), |env| {
+        let flows: Vec<(Pkt, Ep)> = (0..5u16)
+            .map(|i| {
+                let p = Pkt::udp(sub(1), 40000 + i, SERVER, 53);
+                let o = xlate_out(env, &p, None, "within the rate");
+                (p, o)
+            })
+            .collect();
+        expect_refused(
+            env,
+            &Pkt::udp(sub(1), 40010, SERVER, 53),
+            "rate_limited",
+            "sixth new mapping in a second",
+        );
+        for (p, o) in &flows {
+            xlate_out(env, p, Some(*o), "existing mapping while rate limited");
+        }
+        xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "another subscriber is not limited");
+        sleep(Duration::from_millis(450));
+        xlate_out(env, &Pkt::udp(sub(1), 40010, SERVER, 53), None, "after tokens came back");
     });
 }

@@ -609,6 +609,14 @@ fn sweep_stale() {
             }
         }
     }
+    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("natrix-netns-") && !alive(&name, "natrix-netns-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
     if let Ok(rd) = std::fs::read_dir("/run/netns") {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -722,8 +730,18 @@ impl Topo {
     }
 
     fn natrix_in_gw(&self) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut c = Command::new("nsenter");
         c.arg(format!("--net=/run/netns/{}", self.gw)).arg(NATRIX).env("NO_COLOR", "1");
+        // SAFETY: prctl is async-signal-safe. Should the test process be killed, the daemon
+        // dies with the thread that started it (the one that owns this Topo) instead of
+        // lingering; nsenter keeps the setting across its exec of natrix.
+        unsafe {
+            c.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         c
     }
 

@@ -69,10 +69,15 @@ pub const ST_FIN_IN: u8 = 5;
 pub const ST_FIN_BOTH: u8 = 6;
 pub const ST_RST: u8 = 7;
 
+/// nx_sess.flags
+pub const SF_INBOUND: u8 = 1;
+pub const SF_PERMIT: u8 = 2;
+
 /// Port word states (bits 63..62 of an nx_ports entry).
 pub const PORT_FREE: u64 = 0;
 pub const PORT_USED: u64 = 1;
 pub const PORT_HELD: u64 = 2;
+pub const PORT_STATIC: u64 = 3;
 
 // ---- the test topology -------------------------------------------------------------------
 
@@ -152,7 +157,8 @@ fn run_cmd(prog: &str, args: &[&str], stdin: Option<&str>) {
     if stdin.is_some() {
         c.stdin(Stdio::piped());
     }
-    let mut child = c.spawn().unwrap_or_else(|e| panic!("cannot run {prog}: {e} (tests need root and iproute2)"));
+    let mut child =
+        c.spawn().unwrap_or_else(|e| panic!("cannot run {prog}: {e} (tests need root and iproute2)"));
     if let Some(s) = stdin {
         child.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("writing to ip -batch");
     }
@@ -207,7 +213,11 @@ impl Netns {
             b += &format!("link set {l} up\nlink set {l}p up\n");
         }
         for n in 1..=NSUBS {
-            b += &format!("neigh add {} lladdr {} dev {IN_IF} nud permanent\n", sub(n), mac_str(mac_of(sub(n))));
+            b += &format!(
+                "neigh add {} lladdr {} dev {IN_IF} nud permanent\n",
+                sub(n),
+                mac_str(mac_of(sub(n)))
+            );
         }
         for s in [SERVER, SERVER2] {
             b += &format!("neigh add {s} lladdr {} dev {OUT_IF} nud permanent\n", mac_str(mac_of(s)));
@@ -257,11 +267,13 @@ pub fn enter_netns(name: &str) {
 #[derive(Clone, Debug)]
 pub struct Cfg {
     sections: BTreeMap<&'static str, BTreeMap<&'static str, String>>,
+    /// Appended verbatim: arrays of tables such as [[exclude]] and [[forward]].
+    raw: String,
 }
 
 impl Default for Cfg {
     fn default() -> Self {
-        Cfg { sections: BTreeMap::new() }
+        Cfg { sections: BTreeMap::new(), raw: String::new() }
             .set("interfaces", "inside", &format!("[\"{IN_IF}\"]"))
             .set("interfaces", "outside", &format!("[\"{OUT_IF}\"]"))
             .set("pool", "addresses", "[\"203.0.113.16/29\"]")
@@ -278,6 +290,13 @@ impl Cfg {
         self
     }
 
+    /// Appends raw TOML (after the tables), e.g. "[[exclude]]\nprefix = \"...\"\n".
+    pub fn raw(mut self, toml: &str) -> Self {
+        self.raw += toml;
+        self.raw += "\n";
+        self
+    }
+
     pub fn toml(&self) -> String {
         let mut s = String::new();
         for (sec, kv) in &self.sections {
@@ -286,7 +305,7 @@ impl Cfg {
                 s += &format!("{k} = {v}\n");
             }
         }
-        s
+        s + &self.raw
     }
 }
 
@@ -339,7 +358,8 @@ fn ifindex(name: &str) -> u32 {
 
 impl Env {
     fn new(toml: &str, ns: &str) -> Env {
-        let cfg = Config::from_toml_str(toml).unwrap_or_else(|e| panic!("expected the test config to parse: {e}\n{toml}"));
+        let cfg = Config::from_toml_str(toml)
+            .unwrap_or_else(|e| panic!("expected the test config to parse: {e}\n{toml}"));
         let ifaces = dataplane::resolve_interfaces(&cfg).expect("expected in0/out0 in the test namespace");
         let dp = Dataplane::load(&cfg, Persistence::Private).expect("expected the data plane to load");
         dp.configure(&cfg, &ifaces).expect("expected configure() to succeed");
@@ -367,6 +387,13 @@ impl Env {
         }
     }
 
+    /// Runs `ip -n <the test namespace> args...` (e.g. to change an MTU).
+    pub fn ip(&self, args: &[&str]) {
+        let mut a = vec!["-n", self.ns.as_str()];
+        a.extend_from_slice(args);
+        run_cmd("ip", &a, None);
+    }
+
     /// Raw fd and ingress ifindex of a program, for runs from other threads ([`xdp_run_fd`]).
     pub fn prog_fd(&self, side: Side) -> (i32, u32) {
         (self.prog(side).as_fd().as_raw_fd(), self.ifindex(side))
@@ -386,7 +413,12 @@ impl Env {
     }
 
     /// [`Env::run_meta`] that returns the kernel's refusal instead of panicking.
-    pub fn try_run_meta(&self, side: Side, data: &[u8], meta: usize) -> Result<(u32, Vec<u8>), libbpf_rs::Error> {
+    pub fn try_run_meta(
+        &self,
+        side: Side,
+        data: &[u8],
+        meta: usize,
+    ) -> Result<(u32, Vec<u8>), libbpf_rs::Error> {
         let ctx = xdp_md {
             data: meta as u32,
             data_end: data.len() as u32,
@@ -488,6 +520,11 @@ impl Env {
         self.dp.tables.sessions().expect("expected nx_sess to be readable")
     }
 
+    /// Sessions proper: without the address-dependent filtering records (NX_SF_PERMIT).
+    pub fn live_sessions(&self) -> Vec<(nx_sess_key, nx_sess)> {
+        self.sessions().into_iter().filter(|(_, s)| s.flags & SF_PERMIT == 0).collect()
+    }
+
     pub fn subscribers(&self) -> Vec<(u32, nx_sub)> {
         self.dp.tables.subscribers().expect("expected nx_subs to be readable")
     }
@@ -500,7 +537,14 @@ impl Env {
         self.dp.tables.mapping(&map_key(ip, port, proto)).expect("expected nx_maps lookup to work")
     }
 
-    pub fn session(&self, in_ip: Ipv4Addr, in_port: u16, rem: Ipv4Addr, rem_port: u16, proto: u8) -> Option<nx_sess> {
+    pub fn session(
+        &self,
+        in_ip: Ipv4Addr,
+        in_port: u16,
+        rem: Ipv4Addr,
+        rem_port: u16,
+        proto: u8,
+    ) -> Option<nx_sess> {
         self.dp
             .tables
             .session(&sess_key(in_ip, in_port, rem, rem_port, proto))
@@ -558,7 +602,8 @@ impl Env {
     pub fn sweep(&self) -> SweepReport {
         let mut sw = self.sweeper.borrow_mut();
         if sw.is_none() {
-            *sw = Some(Sweeper::new(&self.dp.tables).expect("expected the sweeper to map nx_ports/nx_blocks"));
+            *sw =
+                Some(Sweeper::new(&self.dp.tables).expect("expected the sweeper to map nx_ports/nx_blocks"));
         }
         let buf = MapHandle::try_from(&self.dp.skel.maps.nx_reap_buf).expect("nx_reap_buf handle");
         let reaper = Reaper { prog: &self.dp.skel.progs.nx_reap, buf: &buf };
@@ -707,6 +752,11 @@ impl Pkt {
         Pkt::new(src, dst, L4::Icmp { typ, code, rest: [0x12, 0x34, 0x00, 0x01] })
     }
 
+    /// An ICMP error (or any non-echo message): type, code, bytes 5-8, and the quote.
+    pub fn icmp_err(src: Ipv4Addr, dst: Ipv4Addr, typ: u8, code: u8, rest: [u8; 4], quote: &[u8]) -> Pkt {
+        Pkt::new(src, dst, L4::Icmp { typ, code, rest }).payload(quote)
+    }
+
     pub fn other(src: Ipv4Addr, dst: Ipv4Addr, proto: u8) -> Pkt {
         Pkt::new(src, dst, L4::Other { proto })
     }
@@ -840,7 +890,11 @@ impl Pkt {
             identification: self.ident,
             dont_fragment: self.df,
             dscp: Ipv4Dscp::try_new(self.dscp).expect("dscp"),
-            options: self.ip_opts.as_slice().try_into().expect("IPv4 options: a multiple of 4, at most 40 bytes"),
+            options: self
+                .ip_opts
+                .as_slice()
+                .try_into()
+                .expect("IPv4 options: a multiple of 4, at most 40 bytes"),
             ..Default::default()
         };
         let b = PacketBuilder::ethernet2(self.smac, self.dmac).ip(IpHeaders::Ipv4(ip, Default::default()));
@@ -861,9 +915,9 @@ impl Pkt {
             }
             L4::Echo { reply: false, id, seq } => b.icmpv4_echo_request(*id, *seq).write(&mut out, pl),
             L4::Echo { reply: true, id, seq } => b.icmpv4_echo_reply(*id, *seq).write(&mut out, pl),
-            L4::Icmp { typ, code, rest } => {
-                b.icmpv4(Icmpv4Type::Unknown { type_u8: *typ, code_u8: *code, bytes5to8: *rest }).write(&mut out, pl)
-            }
+            L4::Icmp { typ, code, rest } => b
+                .icmpv4(Icmpv4Type::Unknown { type_u8: *typ, code_u8: *code, bytes5to8: *rest })
+                .write(&mut out, pl),
             L4::Other { proto } => b.write(&mut out, IpNumber(*proto), pl),
         }
         .expect("expected etherparse to build the packet");
@@ -955,6 +1009,53 @@ pub fn set_tot_len(f: &mut [u8], len: u16) {
     fix_ip_csum(f);
 }
 
+/// The IP packet of a frame (what an ICMP error quotes): from the IP header to the end of
+/// the IP total length, at most `max` bytes.
+pub fn ip_bytes(f: &[u8], max: usize) -> Vec<u8> {
+    let tot = ip_tot_len(f).min(max);
+    f[ETH_LEN..ETH_LEN + tot].to_vec()
+}
+
+pub fn ip_ident(f: &[u8]) -> u16 {
+    be16(f, ETH_LEN + 4)
+}
+
+/// Splits a whole frame into two IPv4 fragments: the first with `first_len` bytes of the IP
+/// payload (a multiple of 8) and MF, the second with the rest at that offset. DF is
+/// cleared; header checksums are recomputed from scratch.
+pub fn fragment(f: &[u8], first_len: usize) -> (Vec<u8>, Vec<u8>) {
+    assert_eq!(first_len % 8, 0, "fragment offsets count 8-byte units");
+    let h = ihl(f);
+    let payload = &f[ETH_LEN + h..ETH_LEN + ip_tot_len(f)];
+    let mk = |data: &[u8], off8: u16, mf: bool| {
+        let mut g = f[..ETH_LEN + h].to_vec();
+        g.extend_from_slice(data);
+        let tl = (h + data.len()) as u16;
+        g[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&tl.to_be_bytes());
+        let fo = off8 | if mf { 0x2000 } else { 0 };
+        g[ETH_LEN + 6..ETH_LEN + 8].copy_from_slice(&fo.to_be_bytes());
+        fix_ip_csum(&mut g);
+        g
+    };
+    (mk(&payload[..first_len], 0, true), mk(&payload[first_len..], (first_len / 8) as u16, false))
+}
+
+/// The ICMP error natrix generates about frame `orig` (sent back where it came from):
+/// MACs swapped, from `src` to the original source, TOS 0xc0, TTL 64, no DF, the given IP
+/// identification (random: taken from the actual output), type/code, the MTU in bytes 7-8,
+/// and as much of the original IP packet as fits in 576 bytes. Built from scratch.
+pub fn icmp_error_about(orig: &[u8], src: Ipv4Addr, typ: u8, code: u8, mtu: u16, ident: u16) -> Vec<u8> {
+    let m = mtu.to_be_bytes();
+    let mut p = Pkt::icmp_err(src, src_ip(orig), typ, code, [0, 0, m[0], m[1]], &ip_bytes(orig, 548));
+    p.smac = orig[0..6].try_into().expect("mac");
+    p.dmac = orig[6..12].try_into().expect("mac");
+    p.ttl = 64;
+    p.ident = ident;
+    p.df = false;
+    p.dscp = 0xc0 >> 2;
+    p.build()
+}
+
 // ---- an independent one's-complement checksum -------------------------------------------------
 
 /// Adds `data` as big-endian 16-bit words (an odd last byte padded with zero) to `sum`.
@@ -1014,8 +1115,17 @@ pub fn l4_csum_ok(f: &[u8]) -> bool {
 
 /// Asserts that both checksums of a frame verify, independently of etherparse.
 pub fn assert_csums(f: &[u8], what: &str) {
-    assert!(ip_csum_ok(f), "{what}: expected a valid IPv4 header checksum, got {:#06x}", be16(f, ETH_LEN + 10));
-    assert!(l4_csum_ok(f), "{what}: expected a valid L4 checksum (proto {}), got {:#06x}", ip_proto(f), l4_csum(f));
+    assert!(
+        ip_csum_ok(f),
+        "{what}: expected a valid IPv4 header checksum, got {:#06x}",
+        be16(f, ETH_LEN + 10)
+    );
+    assert!(
+        l4_csum_ok(f),
+        "{what}: expected a valid L4 checksum (proto {}), got {:#06x}",
+        ip_proto(f),
+        l4_csum(f)
+    );
 }
 
 // ---- comparing frames ---------------------------------------------------------------------------
@@ -1036,9 +1146,26 @@ fn field_at(f: &[u8], off: usize) -> String {
     let h = ihl(f);
     if off < ETH_LEN + h {
         let names = [
-            "ip ver/ihl", "ip tos", "ip tot_len", "ip tot_len", "ip id", "ip id", "ip frag", "ip frag", "ip ttl",
-            "ip proto", "ip csum", "ip csum", "ip saddr", "ip saddr", "ip saddr", "ip saddr", "ip daddr",
-            "ip daddr", "ip daddr", "ip daddr",
+            "ip ver/ihl",
+            "ip tos",
+            "ip tot_len",
+            "ip tot_len",
+            "ip id",
+            "ip id",
+            "ip frag",
+            "ip frag",
+            "ip ttl",
+            "ip proto",
+            "ip csum",
+            "ip csum",
+            "ip saddr",
+            "ip saddr",
+            "ip saddr",
+            "ip saddr",
+            "ip daddr",
+            "ip daddr",
+            "ip daddr",
+            "ip daddr",
         ];
         return names.get(off - ETH_LEN).copied().unwrap_or("ip options").into();
     }
@@ -1069,7 +1196,8 @@ pub fn assert_frame_eq(actual: &[u8], expected: &[u8], what: &str) {
     if actual == expected {
         return;
     }
-    let first = actual.iter().zip(expected).position(|(a, b)| a != b).unwrap_or(actual.len().min(expected.len()));
+    let first =
+        actual.iter().zip(expected).position(|(a, b)| a != b).unwrap_or(actual.len().min(expected.len()));
     panic!(
         "{what}: expected the output frame to equal the rebuilt one; first difference at byte {first} ({}), \
          lengths {} (got) / {} (expected)\n got:\n  {}\n expected:\n  {}",

@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# make bench: natrix against nftables, the kernel and a minimal XDP forwarder, side by side,
+# on this machine; per-packet cost and memory with up to 10M sessions. Results in
+# bench-results/ (raw.jsonl, results.json, *.png), summary in docs/PERFORMANCE.md.
+#
+#   BENCH_QUICK=1   about a minute: one round, fewer sizes and scales
+#   BENCH_SMOKE=1   seconds: what tests/bench_smoke.rs runs (docs are not touched)
+#   BENCH_OUT=DIR   results directory (default bench-results)
+#   BENCH_ROUNDS=N  rounds of the end-to-end part (default 3)
+#
+# Topology (one veth pair per hop, all in namespaces this script creates and removes):
+#
+#   gen ns: nxbgen 100.64.0.2 ── nxbin 100.64.0.1 [gateway ns] 198.51.100.1 nxbout ── nxbsink 198.51.100.2 :sink ns
+#   generator (XDP live frames, XDP_TX)     natrix | nftables | kernel | XDP forwarder     XDP counting drop
+#
+# Subscribers 100.64.16.0 and up sit behind the generator (route via 100.64.0.2); the pool
+# is 203.0.113.0/24 + 192.0.2.0/24. Neighbours are permanent: the sink answers nothing.
+# Everything runs on CPU 0, inline: the generator's batch, then the gateway's and the sink's
+# NAPI polls in the same softirq (see docs/PERFORMANCE.md, "Method", for why).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+NATRIX=${NATRIX:-$ROOT/target/release/natrix}
+PY=/usr/bin/python3 # Debian's, with python3-matplotlib
+OUT=$(realpath -m "${BENCH_OUT:-$ROOT/bench-results}")
+QUICK=${BENCH_QUICK:-0}
+SMOKE=${BENCH_SMOKE:-0}
+TAG=nxb$$
+GEN=$TAG-gen GW=$TAG-gw SINK=$TAG-sink
+PIN=/sys/fs/bpf/$TAG
+RAW=$OUT/raw.jsonl
+LOG=$OUT/bench.log
+CPU=0         # generator, gateway and sink
+DAEMON_CPU=1  # natrix's daemon (its sweeps), off the measured CPU
+
+if ((SMOKE)); then
+	ROUNDS=1 DUR=0.5 SIZES="64" GATEWAYS="direct natrix xdpfwd kernel" SCALES="1 1000"
+	COST_SESSIONS=1000 COST_REPS=2 COST_REPEAT=20000 MANY_FLOWS=4096 SUBS=64
+elif ((QUICK)); then
+	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix nft kernel xdpfwd" SCALES="1 1000 100000"
+	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=1024
+else
+	ROUNDS=${BENCH_ROUNDS:-3} DUR=2 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix nft kernel xdpfwd"
+	SCALES="1 1000 100000 1000000 10000000"
+	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=1000000 MANY_FLOWS=65536 SUBS=1024
+fi
+MAX_SCALE=$(tr ' ' '\n' <<<"$SCALES" | sort -n | tail -1)
+
+mkdir -p "$OUT"
+: >"$RAW"
+: >"$LOG"
+say() { printf '\033[1m== %s\033[0m\n' "$*" | tee -a "$LOG" >&2; }
+in_ns() { local ns=$1; shift; nsenter --net=/run/netns/"$ns" "$@"; }
+
+# ---- host settings we change, restored on exit --------------------------------------------
+CT_MAX_OLD="" CT_BUCKETS_OLD=""
+daemon=""
+cleanup() {
+	set +e
+	if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null; fi
+	for d in natrix fwd direct sink; do
+		[[ -d $PIN/$d ]] && "$NATRIX" down --pin "$PIN/$d" >/dev/null 2>&1
+	done
+	rmdir "$PIN" 2>/dev/null
+	for ns in $GEN $GW $SINK; do ip netns del "$ns" 2>/dev/null; done
+	[[ -n $CT_BUCKETS_OLD ]] && sysctl -qw net.netfilter.nf_conntrack_buckets="$CT_BUCKETS_OLD"
+	[[ -n $CT_MAX_OLD ]] && sysctl -qw net.netfilter.nf_conntrack_max="$CT_MAX_OLD"
+	return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- topology ------------------------------------------------------------------------------
+topology_up() {
+	for ns in $GEN $GW $SINK; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
+	ip link add nxbgen netns $GEN type veth peer name nxbin netns $GW
+	ip link add nxbout netns $GW type veth peer name nxbsink netns $SINK
+	ip -n $GEN addr add 100.64.0.2/24 dev nxbgen
+	ip -n $GW addr add 100.64.0.1/24 dev nxbin
+	ip -n $GW addr add 198.51.100.1/24 dev nxbout
+	ip -n $SINK addr add 198.51.100.2/24 dev nxbsink
+	ip -n $GEN link set nxbgen up
+	ip -n $GW link set nxbin up
+	ip -n $GW link set nxbout up
+	ip -n $SINK link set nxbsink up
+	ip -n $GW route add 100.64.0.0/16 via 100.64.0.2
+	ip -n $GW neigh replace 100.64.0.2 lladdr "$(mac $GEN nxbgen)" dev nxbin nud permanent
+	ip -n $GW neigh replace 198.51.100.2 lladdr "$(mac $SINK nxbsink)" dev nxbout nud permanent
+	ip netns exec $GW sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 \
+		net.ipv4.conf.default.rp_filter=0 net.ipv4.conf.nxbin.rp_filter=0
+	# The kernel paths need NAPI on nxbin to take the generator's XDP frames: GRO does it
+	# when no XDP program is attached (an attached one does it too).
+	ip netns exec $GW ethtool -K nxbin gro on >/dev/null
+}
+mac() { ip -n "$1" -br link show "$2" | awk '{print $3}'; }
+
+# ---- gateways ------------------------------------------------------------------------------
+natrix_conf() {
+	cat <<-EOF
+		# written by scripts/bench.sh
+		[interfaces]
+		inside = ["nxbin"]
+		outside = ["nxbout"]
+		[pool]
+		addresses = ["203.0.113.0/24", "192.0.2.0/24"]
+		ports = "1024-65535"
+		[nat]
+		block_size = 1024
+		max_blocks_per_subscriber = 32
+		[limits]
+		max_subscribers = 4096
+		max_mappings = $1
+		max_sessions = $1
+		[daemon]
+		pin_path = "$PIN/natrix"
+		sweep_interval = "60s"
+	EOF
+}
+
+natrix_up() {
+	local size=$(( $1 > 4000000 ? $1 + $1 / 20 : 4000000 ))
+	natrix_conf "$size" >"$OUT/natrix-bench.toml"
+	: >"$OUT/natrix-daemon.log"
+	in_ns $GW taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/natrix-bench.toml" >"$OUT/natrix-daemon.log" 2>&1 &
+	daemon=$!
+	for _ in $(seq 300); do
+		[[ -e $PIN/natrix/link_nxbout ]] && grep -q "ready" "$OUT/natrix-daemon.log" && return 0
+		kill -0 "$daemon" 2>/dev/null || break
+		sleep 0.1
+	done
+	tail -20 "$OUT/natrix-daemon.log" >&2
+	echo "bench: natrix did not start" >&2
+	return 1
+}
+
+natrix_down() {
+	if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; daemon=""; fi
+	[[ -d $PIN/natrix ]] && "$NATRIX" down --pin "$PIN/natrix" >/dev/null
+	return 0
+}
+
+nft_up() {
+	ip netns exec $GW nft -f - <<-'EOF'
+		table ip nxbench {
+			chain postrouting {
+				type nat hook postrouting priority srcnat; policy accept;
+				oifname "nxbout" snat ip to 203.0.113.0-203.0.113.255
+			}
+		}
+	EOF
+	# unreplied UDP (all of ours) lives 30 s by default: longer than filling 10M flows
+	ip netns exec $GW sysctl -qw net.netfilter.nf_conntrack_udp_timeout=600 \
+		net.netfilter.nf_conntrack_tcp_timeout_syn_sent=600
+}
+
+nft_flush() { ip netns exec $GW conntrack -F >/dev/null 2>&1 || true; }
+
+nft_down() {
+	ip netns exec $GW nft delete table ip nxbench 2>/dev/null || true
+	nft_flush
+}
+
+gateway_up() {
+	case $1 in
+	natrix) natrix_up "$MAX_SCALE" ;;
+	nft) nft_up ;;
+	kernel) ;;
+	xdpfwd) in_ns $GW "$NATRIX" bench attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
+	direct) in_ns $GW "$NATRIX" bench attach sink --dev nxbin --pin "$PIN/direct" ;;
+	esac
+}
+
+gateway_down() {
+	case $1 in
+	natrix) natrix_down ;;
+	nft) nft_down ;;
+	kernel) ;;
+	xdpfwd) "$NATRIX" bench detach --pin "$PIN/fwd" ;;
+	direct) "$NATRIX" bench detach --pin "$PIN/direct" ;;
+	esac
+}
+
+# ---- one measurement -----------------------------------------------------------------------
+DST_MAC=""
+e2e() { # e2e GATEWAY CASE ARGS...
+	local gw=$1 case=$2 sink=$PIN/sink extra=()
+	shift 2
+	[[ $gw == direct ]] && sink=$PIN/direct
+	[[ $gw == natrix ]] && extra+=(--natrix-pin "$PIN/natrix")
+	local line
+	if ! line=$(in_ns $GEN taskset -c $CPU "$NATRIX" bench e2e --dev nxbgen --dst-mac "$DST_MAC" \
+		--sink-pin "$sink" --gateway "$gw" --case "$case" --round "$ROUND" --subs "$SUBS" \
+		--duration "$DUR" --out "$RAW" "${extra[@]}" "$@" 2>>"$LOG"); then
+		echo "bench: e2e $gw $case $* failed (see $LOG)" >&2
+		return 1
+	fi
+	printf '  %-7s %-8s %s\n' "$gw" "$case" "$(summary <<<"$line")" | tee -a "$LOG" >&2
+}
+summary() {
+	$PY -c 'import json,sys; r=json.load(sys.stdin)
+print("%5s B %8s flows %-6s %-4s %8.3f Mpps %6.2f Gbit/s loss %5.1f%%" % (r["size"], r["flows"], r["mode"], r["proto"], r["pps"]/1e6, r["gbps"], 100*r["loss"]))'
+}
+profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile
+	case $1 in
+	natrix) echo --profile "$PIN/natrix/link_nxbin" ;;
+	xdpfwd) echo --profile "$PIN/fwd/link_nxbin" ;;
+	esac
+}
+
+# the cases of one gateway in one round
+round_of() {
+	local gw=$1 stateful=0
+	[[ $gw == natrix || $gw == nft ]] && stateful=1
+	gateway_up "$gw"
+	for s in $SIZES; do
+		local p=()
+		[[ $s == 64 ]] && read -ra p <<<"$(profile "$gw")"
+		e2e "$gw" size --size "$s" --flows 1 --establish "${p[@]}"
+	done
+	[[ $gw == direct ]] && { gateway_down "$gw"; return; }
+	read -ra p <<<"$(profile "$gw")"
+	e2e "$gw" flows --flows "$MANY_FLOWS" --mode random --establish "${p[@]}"
+	for c in $SCALES; do
+		local est=()
+		((stateful)) && est=(--establish)
+		e2e "$gw" scale --flows "$c" --mode random "${est[@]}"
+	done
+	# connection setups: every packet a new flow, on fresh state
+	for proto in udp tcp; do
+		if [[ $gw == natrix ]]; then natrix_down; natrix_up 4000000; fi
+		[[ $gw == nft ]] && nft_flush
+		e2e "$gw" newflow --proto "$proto" --tcp-flags syn --mode new --flow-base "$SUBS" "${p[@]}"
+	done
+	gateway_down "$gw"
+}
+
+# ---- run -----------------------------------------------------------------------------------
+[[ $(id -u) -eq 0 ]] || { echo "bench: needs root (namespaces, XDP)" >&2; exit 1; }
+[[ -x $NATRIX ]] || { echo "bench: $NATRIX missing: make build" >&2; exit 1; }
+say "machine: $(nproc) CPUs, $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
+topology_up
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+mkdir -p "$PIN"
+DST_MAC=$(mac $GW nxbin)
+in_ns $SINK "$NATRIX" bench attach sink --dev nxbsink --pin "$PIN/sink"
+if [[ $GATEWAYS == *nft* ]]; then
+	# conntrack's table is global: room for the largest scale, buckets to match
+	CT_MAX_OLD=$(sysctl -n net.netfilter.nf_conntrack_max)
+	CT_BUCKETS_OLD=$(sysctl -n net.netfilter.nf_conntrack_buckets)
+	want=$((MAX_SCALE + MAX_SCALE / 5 + 262144))
+	((want > CT_MAX_OLD)) && sysctl -qw net.netfilter.nf_conntrack_max=$want
+	b=262144; while ((b < MAX_SCALE)); do b=$((b * 2)); done
+	((b > CT_BUCKETS_OLD)) && sysctl -qw net.netfilter.nf_conntrack_buckets=$b
+fi
+
+say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
+in_ns $GW taskset -c $CPU "$NATRIX" bench cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
+	--repeat $COST_REPEAT --out "$RAW" 2>>"$LOG" >/dev/null
+$PY -c 'import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if r["kind"]=="cost":
+        n=r["ns"]; print("  %9d sessions: fwd %5.0f ns, out %5.0f/%5.0f ns (hot/random), in %5.0f/%5.0f ns, new %5.0f ns, %5.1f B/session" % (r["sessions"], n["fwd"]["random"], n["est_out"]["hot"], n["est_out"]["random"], n["est_in"]["hot"], n["est_in"]["random"], n["new_flow"]["at_n"], r["memory"]["bytes_per_session"]))' "$RAW" | tee -a "$LOG" >&2
+
+for ROUND in $(seq 1 "$ROUNDS"); do
+	# rotate the order each round, so that no gateway always runs first (or last)
+	read -ra gws <<<"$GATEWAYS"
+	k=$(((ROUND - 1) % ${#gws[@]}))
+	order=("${gws[@]:k}" "${gws[@]:0:k}")
+	say "round $ROUND/$ROUNDS: ${order[*]}"
+	for gw in "${order[@]}"; do round_of "$gw"; done
+done
+
+say "report"
+"$NATRIX" bench report --raw "$RAW" --out "$OUT/results.json" $( ((SMOKE)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
+$PY scripts/plot.py "$OUT/results.json" "$OUT"
+if ! ((SMOKE)); then
+	mkdir -p docs/img
+	cp "$OUT"/*.png docs/img/
+fi
+say "done: $OUT"

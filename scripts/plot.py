@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+"""Plots of a `make bench` run, from results.json (natrix bench report):
+
+  throughput_vs_size.png          Mpps and Gbit/s against frame size, per gateway
+  throughput_vs_connections.png   Mpps against concurrent connections (log scale)
+  setup_rate.png                  new connections per second, UDP and TCP SYN
+  cost_vs_sessions.png            ns per packet in BPF_PROG_TEST_RUN against live sessions
+
+Usage: plot.py RESULTS_JSON OUT_DIR. Needs Debian's python3-matplotlib (/usr/bin/python3).
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+NAMES = {
+    "natrix": "natrix",
+    "nft": "nftables snat (conntrack)",
+    "kernel": "kernel forwarding, no NAT",
+    "xdpfwd": "minimal XDP forwarder",
+    "direct": "no gateway (generator → sink)",
+}
+STYLE = {
+    "natrix": dict(color="#1f77b4", marker="o", lw=2),
+    "nft": dict(color="#d62728", marker="s"),
+    "kernel": dict(color="#7f7f7f", marker="^"),
+    "xdpfwd": dict(color="#2ca02c", marker="D"),
+    "direct": dict(color="#000000", marker="", ls=":"),
+}
+ORDER = ["natrix", "xdpfwd", "kernel", "nft", "direct"]
+
+
+def human(n):
+    if n >= 1_000_000:
+        return "%gM" % (n / 1e6)
+    if n >= 1000:
+        return "%gk" % (n / 1e3)
+    return str(n)
+
+
+def size_plot(e2e, out):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for gw in ORDER:
+        pts = sorted((r["size"], r["pps"], r["gbps"]) for r in e2e if r["gateway"] == gw and r["case"] == "size")
+        if not pts:
+            continue
+        xs = [p[0] for p in pts]
+        a1.plot(xs, [p[1] / 1e6 for p in pts], label=NAMES[gw], **STYLE[gw])
+        a2.plot(xs, [p[2] for p in pts], label=NAMES[gw], **STYLE[gw])
+    a1.set_ylabel("Mpps at the sink")
+    a2.set_ylabel("Gbit/s at the sink (frames, no FCS)")
+    for a in (a1, a2):
+        a.set_xlabel("frame size (bytes)")
+        a.grid(alpha=0.3)
+        a.set_ylim(bottom=0)
+    a1.legend(fontsize=8)
+    fig.suptitle("Throughput vs packet size: 1 UDP flow; generator, gateway and sink on one CPU")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "throughput_vs_size.png"), dpi=110)
+    plt.close(fig)
+
+
+def scale_plot(e2e, out):
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    any_pts = False
+    for gw in ORDER:
+        pts = sorted((r["flows"], r["pps"]) for r in e2e if r["gateway"] == gw and r["case"] == "scale")
+        if not pts:
+            continue
+        any_pts = True
+        ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], label=NAMES[gw], **STYLE[gw])
+    if any_pts:
+        ax.set_xscale("log")
+    ax.set_xlabel("concurrent connections (each packet a random one of them)")
+    ax.set_ylabel("Mpps at the sink (64 B)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title("Throughput vs number of connections")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "throughput_vs_connections.png"), dpi=110)
+    plt.close(fig)
+
+
+def setup_plot(e2e, out):
+    gws = [g for g in ORDER if any(r["gateway"] == g and r["case"] == "newflow" for r in e2e)]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    width = 0.38
+    for i, proto in enumerate(["udp", "tcp"]):
+        vals = []
+        for g in gws:
+            r = next((r for r in e2e if r["gateway"] == g and r["case"] == "newflow" and r["proto"] == proto), None)
+            vals.append(r["pps"] / 1e3 if r else 0)
+        xs = [j + (i - 0.5) * width for j in range(len(gws))]
+        bars = ax.bar(xs, vals, width, label="UDP" if proto == "udp" else "TCP SYN",
+                      color="#1f77b4" if proto == "udp" else "#ff7f0e")
+        for b, v in zip(bars, vals):
+            if v:
+                ax.annotate("%.0fk" % v, (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(gws)))
+    ax.set_xticklabels([NAMES[g] for g in gws], fontsize=8)
+    ax.set_ylabel("new connections per second (thousands)")
+    ax.set_title("Connection setup rate: every packet a new flow (64 B)")
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "setup_rate.png"), dpi=110)
+    plt.close(fig)
+
+
+def cost_plot(cost, out):
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    if cost:
+        xs = [c["sessions"] for c in cost]
+        series = [
+            ("est_out", "random", "natrix established outbound, random flow", dict(color="#1f77b4", marker="o", lw=2)),
+            ("est_in", "random", "natrix established inbound, random flow", dict(color="#9467bd", marker="o")),
+            ("est_out", "hot", "natrix established outbound, one flow", dict(color="#1f77b4", marker="o", ls="--")),
+            ("new_flow", "at_n", "natrix new flow (setup)", dict(color="#ff7f0e", marker="s")),
+            ("fwd", "random", "minimal XDP forwarder", dict(color="#2ca02c", marker="D")),
+        ]
+        for k, m, label, st in series:
+            ax.plot(xs, [c["ns"][k][m] for c in cost], label=label, **st)
+        ax.set_xscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([human(x) for x in xs])
+    ax.set_xlabel("live sessions in the tables")
+    ax.set_ylabel("ns per packet (BPF_PROG_TEST_RUN)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title("Per-packet cost vs live sessions")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "cost_vs_sessions.png"), dpi=110)
+    plt.close(fig)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        res = json.load(f)
+    out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    e2e = res.get("e2e", [])
+    size_plot(e2e, out)
+    scale_plot(e2e, out)
+    setup_plot(e2e, out)
+    cost_plot(res.get("cost", []), out)
+
+
+if __name__ == "__main__":
+    main()

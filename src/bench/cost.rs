@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! Per-packet cost of natrix's XDP programs in BPF_PROG_TEST_RUN, with 1k, 1M and 10M live
+//! sessions in the tables, the minimal forwarder as the floor; memory per session; and how
+//! long one sweep of the daemon takes at that size.
+//!
+//! Runs in the gateway namespace of scripts/bench.sh (FIB lookups need its routes and
+//! permanent neighbours). natrix is loaded with private maps sized for exactly N sessions
+//! and filled by its own XDP program: the harness (nxb_harness) feeds it N distinct flows in
+//! new-flow mode, so subscribers, blocks, ports, mappings and sessions are all as real
+//! traffic leaves them. Half the flows are UDP, half TCP (SYN), so both protocols' outside
+//! port arrays carry load; every flow has its own mapping (the common case: clients open
+//! each connection from a new ephemeral port).
+//!
+//! Timing: every number is the median of `reps` test runs of `repeat` packets each, minus
+//! the harness' own cost in the same mode (nxb_nop behind it). "hot" sends one flow over
+//! and over (everything in L1); "random" picks a uniformly random live flow per packet, so
+//! table accesses miss the caches as they do under real load.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+use serde_json::json;
+use tracing::info;
+
+use super::flow::{Dir, FlowSpec, Mode, Proto, TcpFlags};
+use super::harness::Harness;
+use super::sys;
+use crate::bench_skel::fwd::NxbFwdSkelBuilder;
+use crate::config::Config;
+use crate::dataplane::{self, Dataplane, Persistence};
+use crate::expiry::{Reaper, Sweeper};
+use crate::tables::{read_pod, stat_index, STATS};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CostArgs {
+    /// Live sessions to measure with (each a separate natrix instance, sized for exactly
+    /// that many).
+    #[arg(long, value_delimiter = ',', default_value = "1000,1000000,10000000")]
+    pub sessions: Vec<u64>,
+    /// Inside interface (in the current network namespace).
+    #[arg(long, default_value = "nxbin")]
+    pub inside: String,
+    /// Outside interface.
+    #[arg(long, default_value = "nxbout")]
+    pub outside: String,
+    /// Timed test runs per measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub reps: u32,
+    /// Packets per timed test run.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub repeat: u32,
+    /// Pin to this CPU.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Append one JSON record per session count to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Subscribers get ~1200 flows each (600 UDP, 600 TCP): one 1024-port block each, 59% full.
+const FLOWS_PER_SUB: u64 = 1200;
+const BLOCK_SIZE: u32 = 1024;
+/// Subscribers per pool address: 63 blocks fit on one (64512 / 1024), 3 stay free.
+const SUBS_PER_ADDR: u64 = 60;
+/// The most inbound targets loaded into the harness.
+const MAX_INBOUND: u64 = 1 << 20;
+
+/// How N sessions are made up.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Plan {
+    sessions: u64,
+    subs: u64,
+    addrs: u64,
+    udp: u64,
+    tcp: u64,
+    icmp: u64,
+    new: u64,
+}
+
+impl Plan {
+    fn new(n: u64) -> Result<Self> {
+        ensure!(n >= 100, "at least 100 sessions");
+        let new = (n / 10).min(100_000);
+        let icmp = (n / 100).clamp(1, 4096);
+        let rest = n - new - icmp;
+        let tcp = rest / 2;
+        let udp = rest - tcp;
+        let subs = n.div_ceil(FLOWS_PER_SUB);
+        let addrs = subs.div_ceil(SUBS_PER_ADDR);
+        ensure!(addrs <= 512, "{n} sessions need {addrs} pool addresses, the benchmark has 512");
+        ensure!(subs <= super::flow::MAX_SUBS as u64, "too many subscribers");
+        Ok(Plan { sessions: n, subs, addrs, udp, tcp, icmp, new })
+    }
+
+    /// Pool: 203.0.113.0/24 first, then 192.0.2.0/24.
+    fn pool(&self) -> Vec<String> {
+        (0..self.addrs)
+            .map(|i| if i < 256 { format!("203.0.113.{i}") } else { format!("192.0.2.{}", i - 256) })
+            .collect()
+    }
+
+    fn config(&self, inside: &str, outside: &str) -> Result<Config> {
+        let pool = self.pool().iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ");
+        let toml = format!(
+            r#"
+[interfaces]
+inside = ["{inside}"]
+outside = ["{outside}"]
+[pool]
+addresses = [{pool}]
+ports = "1024-65535"
+[nat]
+block_size = {BLOCK_SIZE}
+max_blocks_per_subscriber = 32
+[limits]
+max_subscribers = {subs}
+max_mappings = {n}
+max_sessions = {n}
+[daemon]
+pin_path = "/sys/fs/bpf/natrix-bench-cost"
+"#,
+            subs = self.subs,
+            n = self.sessions
+        );
+        Config::from_toml_str(&toml).context("benchmark config")
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// Everything one scale level needs to time programs.
+struct Bench<'a> {
+    h: &'a mut Harness,
+    reps: u32,
+    repeat: u32,
+}
+
+impl Bench<'_> {
+    /// Median ns per run of the harness with `prog` behind it (None: nxb_nop).
+    fn time(&mut self, prog: Option<i32>, spec: &FlowSpec, ifindex: u32, want: u32) -> Result<f64> {
+        match prog {
+            Some(fd) => self.h.target(fd)?,
+            None => self.h.target_nop()?,
+        }
+        let mut v = Vec::new();
+        for _ in 0..self.reps {
+            let t = self.h.run(spec, ifindex, self.repeat)?;
+            if prog.is_some() && t.retval != want {
+                bail!("program returned {} instead of {want} on {:?}", t.retval, spec.mode);
+            }
+            v.push(t.ns);
+        }
+        Ok(median(v))
+    }
+}
+
+const XDP_REDIRECT: u32 = 4;
+
+fn drops(st: &[u64]) -> BTreeMap<&'static str, u64> {
+    STATS
+        .iter()
+        .filter(|(s, _)| crate::tables::is_drop(*s))
+        .filter_map(|(s, n)| st.get(s.0 as usize).copied().filter(|&c| c > 0).map(|c| (*n, c)))
+        .collect()
+}
+
+fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
+    let plan = Plan::new(n)?;
+    info!(?plan, "cost: loading natrix with private maps");
+    let cfg = plan.config(&a.inside, &a.outside)?;
+    let in_if = sys::ifindex(&a.inside)?;
+    let out_if = sys::ifindex(&a.outside)?;
+    let mem0 = sys::mem_used_kib()?;
+    let t_load = Instant::now();
+    let dp = Dataplane::load(&cfg, Persistence::Private)?;
+    let ifaces = dataplane::resolve_interfaces(&cfg)?;
+    dp.configure(&cfg, &ifaces)?;
+    let load_secs = t_load.elapsed().as_secs_f64();
+    let t = &dp.tables;
+    let inside_fd = dp.skel.progs.nx_xdp_inside.as_fd().as_raw_fd();
+    let outside_fd = dp.skel.progs.nx_xdp_outside.as_fd().as_raw_fd();
+
+    let mut h = Harness::new(plan.udp.min(MAX_INBOUND) as u32)?;
+    let base = FlowSpec {
+        proto: Proto::Udp,
+        frame_len: 64,
+        subs: plan.subs as u32,
+        flows: 1,
+        mode: Mode::New,
+        dmac: sys::mac_of(&a.inside)?,
+        smac: [0x02, 0, 0, 0, 0, 2],
+        ..Default::default()
+    };
+
+    // ---- fill: subscribers one pool address at a time (the daemon's addr_hint would do
+    // this once per sweep), then the rest of the UDP flows, then TCP
+    h.target(inside_fd)?;
+    let t_fill = Instant::now();
+    let mut c = t.config()?;
+    for addr in 0..plan.addrs {
+        let first = addr * SUBS_PER_ADDR;
+        let cnt = SUBS_PER_ADDR.min(plan.subs - first);
+        c.addr_hint = addr as u32;
+        t.write_config(&c)?;
+        h.run(&FlowSpec { flow_base: first, ..base.clone() }, in_if, cnt as u32)?;
+    }
+    let udp_fill = h.run(&FlowSpec { flow_base: plan.subs, ..base.clone() }, in_if, (plan.udp - plan.subs) as u32)?;
+    let tcp_fill = h.run(&FlowSpec { proto: Proto::Tcp, ..base.clone() }, in_if, plan.tcp as u32)?;
+    let fill_secs = t_fill.elapsed().as_secs_f64();
+    let st = t.stats()?;
+    let d = drops(&st);
+    let created = st[stat_index("sessions_created").expect("counter")];
+    ensure!(d.is_empty() && created == plan.udp + plan.tcp, "fill: {created} sessions created, drops {d:?}");
+    info!(sessions = created, secs = fill_secs, "cost: filled");
+
+    let mut b = Bench { h: &mut h, reps: a.reps, repeat: a.repeat };
+    let hot = FlowSpec { mode: Mode::Cycle, flows: 1, ..base.clone() };
+    let rnd = FlowSpec { mode: Mode::Random, flows: plan.udp, ..base.clone() };
+    let nop_hot = b.time(None, &hot, in_if, 0)?;
+    let nop_rnd = b.time(None, &rnd, in_if, 0)?;
+
+    // the floor: the minimal forwarder, same packets, same FIB
+    let mut fstore = std::mem::MaybeUninit::uninit();
+    let fskel = NxbFwdSkelBuilder::default().open(&mut fstore)?.load().context("loading the forwarder")?;
+    for i in [in_if, out_if] {
+        fskel.maps.nxb_tx.update(&i.to_ne_bytes(), &i.to_ne_bytes(), MapFlags::ANY)?;
+    }
+    let fwd_fd = fskel.progs.nxb_fwd.as_fd().as_raw_fd();
+    let fwd_hot = b.time(Some(fwd_fd), &hot, in_if, XDP_REDIRECT)? - nop_hot;
+    let fwd_rnd = b.time(Some(fwd_fd), &rnd, in_if, XDP_REDIRECT)? - nop_rnd;
+
+    // established, outbound
+    let out_hot = b.time(Some(inside_fd), &hot, in_if, XDP_REDIRECT)? - nop_hot;
+    let out_rnd = b.time(Some(inside_fd), &rnd, in_if, XDP_REDIRECT)? - nop_rnd;
+    let tcp_rnd = FlowSpec { proto: Proto::Tcp, tcp_flags: TcpFlags::Ack, mode: Mode::Random, flows: plan.tcp, ..base.clone() };
+    let tcp_out_rnd = b.time(Some(inside_fd), &tcp_rnd, in_if, XDP_REDIRECT)? - nop_rnd;
+
+    // established, inbound: to the outside endpoints natrix handed out (a sample of the
+    // UDP mappings, in hash-table order, which is random with respect to the flows)
+    let mut targets = Vec::new();
+    for (k, v) in t.maps.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)? {
+        let mk: crate::skel::types::nx_map_key = read_pod(&k);
+        if mk.proto == 17 {
+            let m: crate::skel::types::nx_map = read_pod(&v);
+            targets.push((m.out_ip, m.out_port));
+            if targets.len() as u64 >= MAX_INBOUND.min(plan.udp) {
+                break;
+            }
+        }
+    }
+    b.h.set_inbound(&targets)?;
+    let in_hot_spec = FlowSpec { dir: Dir::In, ..hot.clone() };
+    let in_rnd_spec = FlowSpec { dir: Dir::In, flows: targets.len() as u64, ..rnd.clone() };
+    let nop_in_hot = b.time(None, &in_hot_spec, out_if, 0)?;
+    let nop_in_rnd = b.time(None, &in_rnd_spec, out_if, 0)?;
+    let in_hot = b.time(Some(outside_fd), &in_hot_spec, out_if, XDP_REDIRECT)? - nop_in_hot;
+    let in_rnd = b.time(Some(outside_fd), &in_rnd_spec, out_if, XDP_REDIRECT)? - nop_in_rnd;
+
+    // ICMP echo: create the queries' mappings, then time established ones
+    let icmp_new = FlowSpec { proto: Proto::Icmp, ..base.clone() };
+    b.h.target(inside_fd)?;
+    b.h.run(&icmp_new, in_if, plan.icmp as u32)?;
+    let icmp_rnd = FlowSpec { proto: Proto::Icmp, mode: Mode::Random, flows: plan.icmp, ..base.clone() };
+    let icmp_out_rnd = b.time(Some(inside_fd), &icmp_rnd, in_if, XDP_REDIRECT)? - nop_rnd;
+
+    // new flows: mapping, port, session, on top of (nearly) N live sessions; each rep
+    // creates new/reps flows, the median rep counts
+    let mut v = Vec::new();
+    let mut nops = Vec::new();
+    let per = (plan.new / a.reps as u64).max(1);
+    for r in 0..a.reps as u64 {
+        let left = plan.new.saturating_sub(r * per);
+        let cnt = if r + 1 == a.reps as u64 { left } else { per.min(left) };
+        if cnt == 0 {
+            break;
+        }
+        let spec = FlowSpec { flow_base: plan.udp + r * per, ..base.clone() };
+        b.h.target(inside_fd)?;
+        let t1 = b.h.run(&spec, in_if, cnt as u32)?;
+        ensure!(t1.retval == XDP_REDIRECT, "new flow: verdict {}", t1.retval);
+        v.push(t1.ns);
+        b.h.target_nop()?;
+        nops.push(b.h.run(&spec, in_if, cnt as u32)?.ns);
+    }
+    let new_flow = median(v) - median(nops);
+
+    let st = t.stats()?;
+    let d = drops(&st);
+    ensure!(d.is_empty(), "drops during the measurements: {d:?}");
+    let sessions = st[stat_index("sessions_created").expect("counter")];
+    let mappings = st[stat_index("mappings_created").expect("counter")];
+
+    // ---- memory: every map of the natrix object, as the kernel accounts it
+    let mut per_map = BTreeMap::new();
+    let mut total = 0u64;
+    {
+        use libbpf_rs::skel::Skel;
+        for m in dp.skel.object().maps() {
+            let name = m.name().to_string_lossy().into_owned();
+            let bytes = sys::map_memlock(m.as_fd().as_raw_fd())?;
+            total += bytes;
+            per_map.insert(name, bytes);
+        }
+    }
+    let mem_delta_kib = sys::mem_used_kib()?.saturating_sub(mem0);
+
+    // ---- the daemon's sweep at this size (nothing expires: timeouts are minutes)
+    let mut sweeper = Sweeper::new(t)?;
+    let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
+    let reaper = Reaper { prog: &dp.skel.progs.nx_reap, buf: &reap_buf };
+    let t_sweep = Instant::now();
+    sweeper.sweep(t, &reaper)?;
+    let sweep_secs = t_sweep.elapsed().as_secs_f64();
+
+    let rec = json!({
+        "kind": "cost",
+        "sessions": sessions,
+        "mappings": mappings,
+        "plan": plan,
+        "block_size": BLOCK_SIZE,
+        "load_secs": load_secs,
+        "fill_secs": fill_secs,
+        "fill_ns_per_flow": {"udp": udp_fill.ns, "tcp": tcp_fill.ns},
+        "repeat": a.repeat,
+        "reps": a.reps,
+        "harness_ns": {"hot": nop_hot, "random": nop_rnd, "in_hot": nop_in_hot, "in_random": nop_in_rnd},
+        "ns": {
+            "fwd": {"hot": fwd_hot, "random": fwd_rnd},
+            "est_out": {"hot": out_hot, "random": out_rnd},
+            "est_out_tcp": {"random": tcp_out_rnd},
+            "est_in": {"hot": in_hot, "random": in_rnd},
+            "icmp": {"random": icmp_out_rnd},
+            "new_flow": {"at_n": new_flow},
+        },
+        "memory": {
+            "bytes_total": total,
+            "bytes_per_session": total as f64 / sessions.max(1) as f64,
+            "per_map": per_map,
+            "mem_used_delta_kib": mem_delta_kib,
+        },
+        "sweep_secs": sweep_secs,
+    });
+    drop(fskel);
+    drop(dp);
+    Ok(rec)
+}
+
+pub fn run(a: &CostArgs) -> Result<()> {
+    if let Some(c) = a.cpu {
+        sys::pin_to_cpu(c)?;
+    }
+    for &n in &a.sessions {
+        let rec = one(a, n).with_context(|| format!("cost with {n} sessions"))?;
+        if let Some(out) = &a.out {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(out)?;
+            writeln!(f, "{rec}")?;
+        }
+        println!("{rec}");
+    }
+    Ok(())
+}
