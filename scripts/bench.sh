@@ -36,14 +36,17 @@ DAEMON_CPU=1  # natrix's daemon (its sweeps), off the measured CPU
 
 if ((SMOKE)); then
 	ROUNDS=1 DUR=0.5 SIZES="64" GATEWAYS="direct natrix xdpfwd kernel" SCALES="1 1000"
-	COST_SESSIONS=1000 COST_REPS=2 COST_REPEAT=20000 MANY_FLOWS=4096 SUBS=64
+	COST_SESSIONS=1000 COST_REPS=2 COST_REPEAT=20000 MANY_FLOWS=4096 SUBS=64 ALLOC_MAX=2048
+	NEWFLOW_TABLE=200000
 elif ((QUICK)); then
 	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix nft kernel xdpfwd" SCALES="1 1000 100000"
-	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=1024
+	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=4096
+	NEWFLOW_TABLE=2000000
 else
 	ROUNDS=${BENCH_ROUNDS:-3} DUR=2 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix nft kernel xdpfwd"
 	SCALES="1 1000 100000 1000000 10000000"
-	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=1000000 MANY_FLOWS=65536 SUBS=1024
+	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=1000000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=8192
+	NEWFLOW_TABLE=4000000 # new-flow runs: 2 s at < 1M setups/s, plus the profile window
 fi
 MAX_SCALE=$(tr ' ' '\n' <<<"$SCALES" | sort -n | tail -1)
 
@@ -109,7 +112,7 @@ natrix_conf() {
 		block_size = 1024
 		max_blocks_per_subscriber = 32
 		[limits]
-		max_subscribers = 4096
+		max_subscribers = 65536
 		max_mappings = $1
 		max_sessions = $1
 		[daemon]
@@ -119,10 +122,12 @@ natrix_conf() {
 }
 
 natrix_up() {
-	local size=$(( $1 > 4000000 ? $1 + $1 / 20 : 4000000 ))
+	local size=$(( $1 + $1 / 20 > NEWFLOW_TABLE ? $1 + $1 / 20 : NEWFLOW_TABLE ))
 	natrix_conf "$size" >"$OUT/natrix-bench.toml"
 	: >"$OUT/natrix-daemon.log"
-	in_ns $GW taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/natrix-bench.toml" >"$OUT/natrix-daemon.log" 2>&1 &
+	# not through in_ns: $! must be the daemon itself (nsenter and taskset exec it)
+	nsenter --net=/run/netns/$GW taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/natrix-bench.toml" \
+		>"$OUT/natrix-daemon.log" 2>&1 &
 	daemon=$!
 	for _ in $(seq 300); do
 		[[ -e $PIN/natrix/link_nxbout ]] && grep -q "ready" "$OUT/natrix-daemon.log" && return 0
@@ -228,7 +233,7 @@ round_of() {
 	done
 	# connection setups: every packet a new flow, on fresh state
 	for proto in udp tcp; do
-		if [[ $gw == natrix ]]; then natrix_down; natrix_up 4000000; fi
+		if [[ $gw == natrix ]]; then natrix_down; natrix_up 0; fi
 		[[ $gw == nft ]] && nft_flush
 		e2e "$gw" newflow --proto "$proto" --tcp-flags syn --mode new --flow-base "$SUBS" "${p[@]}"
 	done
@@ -256,7 +261,7 @@ fi
 
 say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
 in_ns $GW taskset -c $CPU "$NATRIX" bench cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
-	--repeat $COST_REPEAT --out "$RAW" 2>>"$LOG" >/dev/null
+	--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$RAW" 2>>"$LOG" >/dev/null
 $PY -c 'import json,sys
 for l in open(sys.argv[1]):
     r=json.loads(l)

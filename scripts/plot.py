@@ -6,6 +6,7 @@
   throughput_vs_connections.png   Mpps against concurrent connections (log scale)
   setup_rate.png                  new connections per second, UDP and TCP SYN
   cost_vs_sessions.png            ns per packet in BPF_PROG_TEST_RUN against live sessions
+  alloc_curve.png                 new-flow cost against the mappings one subscriber holds
 
 Usage: plot.py RESULTS_JSON OUT_DIR. Needs Debian's python3-matplotlib (/usr/bin/python3).
 """
@@ -140,6 +141,24 @@ def cost_plot(cost, out):
     plt.close(fig)
 
 
+def alloc_plot(alloc, out):
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    if alloc:
+        pts = alloc["points"]
+        ax.plot([p[0] for p in pts], [p[1] / 1000 for p in pts], color="#ff7f0e", marker=".", lw=1.5)
+        bs = alloc["block_size"]
+        for b in range(bs, pts[-1][0] + 1, bs):
+            ax.axvline(b, color="#999999", lw=0.8, ls=":")
+        ax.set_title("natrix new-flow cost vs mappings one subscriber holds\n(dotted: block boundaries, %d ports)" % bs)
+    ax.set_xlabel("mappings the subscriber holds already")
+    ax.set_ylabel("µs per new flow (BPF_PROG_TEST_RUN)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "alloc_curve.png"), dpi=110)
+    plt.close(fig)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -152,6 +171,7 @@ def main():
     scale_plot(e2e, out)
     setup_plot(e2e, out)
     cost_plot(res.get("cost", []), out)
+    alloc_plot(res.get("alloc"), out)
 
 
 if __name__ == "__main__":

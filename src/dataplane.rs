@@ -301,15 +301,19 @@ impl Dataplane {
                             what: format!("version (map {name} is missing)"),
                         });
                     }
-                    // libbpf reuses a pinned fd without comparing layouts: do it here, or
-                    // a program would run on a table whose entries mean something else
+                    // bpf_map__reuse_fd (what reuse_pinned_map calls) takes the fd as it is:
+                    // compare layouts here, or a program would run on a table whose entries
+                    // mean something else. The kernel adds BPF_F_RDONLY_PROG to every devmap
+                    // it creates; that bit says nothing about the layout.
                     let pinned = libbpf_rs::MapHandle::from_pinned_path(&path)
                         .and_then(|h| h.info())
                         .map_err(bpf(format!("reading pinned map {name}")))?;
-                    let (pi, want) = (
-                        pinned.info,
-                        (map.key_size(), map.value_size(), map.max_entries(), map.map_flags()),
-                    );
+                    const BPF_F_RDONLY_PROG: u32 = 1 << 7;
+                    let mut pi = pinned.info;
+                    if matches!(pinned.map_type(), libbpf_rs::MapType::Devmap | libbpf_rs::MapType::DevmapHash) {
+                        pi.map_flags &= !BPF_F_RDONLY_PROG;
+                    }
+                    let want = (map.key_size(), map.value_size(), map.max_entries(), map.map_flags());
                     if (pi.key_size, pi.value_size, pi.max_entries, pi.map_flags) != want {
                         return Err(DataplaneError::Incompatible {
                             pin: dir.display().to_string(),
@@ -459,20 +463,26 @@ impl Dataplane {
     }
 
     /// Interface roles and redirect targets: replaces whatever was there.
+    /// Interface roles and redirect targets. Entries are overwritten in place and only then
+    /// are stale ones deleted: on a takeover the running programs read these tables, and an
+    /// interface that vanished for a moment would send subscriber traffic to the kernel
+    /// untranslated.
     pub fn set_interfaces(&self, ifaces: &[Iface]) -> Result<()> {
         let t = &self.tables;
-        for k in t.ifaces.keys().collect::<Vec<_>>() {
-            let _ = t.ifaces.delete(&k);
-        }
-        for k in t.tx.keys().collect::<Vec<_>>() {
-            let _ = t.tx.delete(&k);
-        }
+        let wanted: std::collections::HashSet<[u8; 4]> = ifaces.iter().map(|i| i.ifindex.to_ne_bytes()).collect();
         for i in ifaces {
             let k = i.ifindex.to_ne_bytes();
             let v = nx_iface { role: i.role as u32, addr: i.addr.map(ip_be).unwrap_or(0) };
             t.ifaces.update(&k, bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
             t.tx.update(&k, &k, MapFlags::ANY)
                 .map_err(bpf(format!("adding {} to the redirect map", i.name)))?;
+        }
+        for map in [&t.ifaces, &t.tx] {
+            for k in map.keys().collect::<Vec<_>>() {
+                if k.len() == 4 && !wanted.contains(&[k[0], k[1], k[2], k[3]]) {
+                    let _ = map.delete(&k);
+                }
+            }
         }
         Ok(())
     }
@@ -519,8 +529,23 @@ impl Dataplane {
             for p in created {
                 let _ = std::fs::remove_file(p);
             }
+            return res;
         }
-        res
+        // Interfaces dropped from the config: detached, like forwards no longer configured.
+        let configured: std::collections::HashSet<PathBuf> = ifaces.iter().map(|i| link_path(dir, &i.name)).collect();
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
+                let is_link = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("link_"));
+                if is_link && !configured.contains(&p) {
+                    if let Ok(link) = Link::open(&p) {
+                        let _ = link.detach();
+                    }
+                    let _ = std::fs::remove_file(&p);
+                    info!(link = %p.display(), "interface no longer configured: detached");
+                }
+            }
+        }
+        Ok(())
     }
 }
 

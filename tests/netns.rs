@@ -380,6 +380,9 @@ fn restart_keeps_live_tcp(sig: libc::c_int) {
     c.get(2 * MB);
     assert_eq!(c.put(2 * MB), out0);
     assert_eq!(session_of(&t, c.local).outside_addr(), out0);
+    // the data plane alone also opens new connections
+    let mut c1 = TcpClient::connect(&t.s2, server.addr);
+    assert_pool(c1.who(), "peer of a connection opened while no daemon runs");
 
     // the new daemon takes over the running data plane
     let t0 = Instant::now();
@@ -400,19 +403,19 @@ fn restart_keeps_live_tcp(sig: libc::c_int) {
     let mut c2 = TcpClient::connect(&t.s2, server.addr);
     assert_pool(c2.who(), "peer of a new connection after the restart");
     c2.close();
+    c1.get(MB);
+    c1.close();
     c.close();
     let st = t.stats();
     assert_eq!(st.drop_count("tcp_no_syn"), 0, "{:?}", st.0);
 }
 
 #[test]
-#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx"]
 fn restart_after_sigterm_keeps_a_live_tcp_connection() {
     restart_keeps_live_tcp(libc::SIGTERM);
 }
 
 #[test]
-#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx"]
 fn restart_after_crash_keeps_a_live_tcp_connection() {
     restart_keeps_live_tcp(libc::SIGKILL);
 }
@@ -421,7 +424,6 @@ fn restart_after_crash_keeps_a_live_tcp_connection() {
 /// server is translated, always to the same outside endpoint (the takeover swaps programs
 /// and rewrites tables under live traffic).
 #[test]
-#[ignore = "BUG: Dataplane::set_interfaces empties nx_ifaces before refilling it: packets leak untranslated during a takeover (and the nx_tx map_flags refusal)"]
 fn restart_under_load_never_leaks_untranslated_packets() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
@@ -505,7 +507,6 @@ fn restart_under_load_never_leaks_untranslated_packets() {
 /// A restart whose config cannot take over the running data plane (another pool of the same
 /// size) is refused with a clear message, and leaves the running data plane as it was.
 #[test]
-#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx (the refusal names nx_tx, not pool.addresses)"]
 fn restart_with_an_incompatible_config_is_refused_and_keeps_translating() {
     let mut t = Topo::new();
     let cfg = started_default(&mut t);
@@ -539,7 +540,6 @@ fn restart_with_an_incompatible_config_is_refused_and_keeps_translating() {
 /// An interface taken out of the config is no longer natrix's after a restart: detached, and
 /// its traffic no longer translated.
 #[test]
-#[ignore = "BUG: Dataplane::attach never detaches link_<if> of an interface dropped from the config: it keeps translating (and the nx_tx map_flags refusal)"]
 fn restart_without_an_interface_detaches_it() {
     let mut t = Topo::new();
     started_default(&mut t);
@@ -571,7 +571,6 @@ fn restart_without_an_interface_detaches_it() {
 /// Expiry is the daemon's job: while none runs, idle state stays; the next daemon (which may
 /// bring shorter timeouts) reaps it.
 #[test]
-#[ignore = "BUG: takeover always refused: Dataplane::load compares pinned map_flags, the kernel sets BPF_F_RDONLY_PROG on DEVMAP nx_tx"]
 fn expiry_resumes_after_a_restart() {
     let mut t = Topo::new();
     let mut conf = t.conf();
@@ -732,7 +731,7 @@ fn down_detaches_everything_and_removes_pins() {
     let (_, seen) = udp_sources_seen(&t, &t.s2, 1);
     assert!(seen.len() == 1 && is_pool(*seen[0].ip()), "not translated after a fresh start: {seen:?}");
     assert_down(&t);
-    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+    assert_eq!(t.stop_daemon(libc::SIGINT).code(), Some(0), "natrix run must exit 0 on SIGINT");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -41,6 +41,17 @@ pub enum BenchCmd {
     Cost(cost::CostArgs),
     /// Medians, ratios and targets from a results directory; plots' data; docs summary.
     Report(report::ReportArgs),
+    /// New-flow cost against the mappings one subscriber holds (natrix's allocator).
+    Alloc {
+        #[arg(long, default_value = "nxbin")]
+        inside: String,
+        #[arg(long, default_value = "nxbout")]
+        outside: String,
+        #[arg(long, default_value_t = 256)]
+        step: u64,
+        #[arg(long, default_value_t = 8192)]
+        max: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -142,5 +153,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         BenchCmd::Cost(c) => cost::run(&c),
         BenchCmd::Report(r) => report::run(&r),
+        BenchCmd::Alloc { inside, outside, step, max } => {
+            for (k, ns) in cost::alloc_curve(&inside, &outside, step, max)? {
+                println!("{k} {ns:.0}");
+            }
+            Ok(())
+        }
     }
 }

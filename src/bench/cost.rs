@@ -57,6 +57,10 @@ pub struct CostArgs {
     /// Pin to this CPU.
     #[arg(long)]
     pub cpu: Option<usize>,
+    /// Then the new-flow cost for one subscriber holding 0 .. this many mappings, in
+    /// steps of 256 (0: skip).
+    #[arg(long, default_value_t = 8192)]
+    pub alloc_max: u64,
     /// Append one JSON record per session count to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -365,14 +369,49 @@ pub fn run(a: &CostArgs) -> Result<()> {
     if let Some(c) = a.cpu {
         sys::pin_to_cpu(c)?;
     }
-    for &n in &a.sessions {
-        let rec = one(a, n).with_context(|| format!("cost with {n} sessions"))?;
+    let emit = |rec: &serde_json::Value| -> Result<()> {
         if let Some(out) = &a.out {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(out)?;
             writeln!(f, "{rec}")?;
         }
         println!("{rec}");
+        Ok(())
+    };
+    for &n in &a.sessions {
+        emit(&one(a, n).with_context(|| format!("cost with {n} sessions"))?)?;
+    }
+    if a.alloc_max > 0 {
+        let pts = alloc_curve(&a.inside, &a.outside, ALLOC_STEP, a.alloc_max).context("allocation curve")?;
+        emit(&json!({"kind": "alloc", "block_size": BLOCK_SIZE, "step": ALLOC_STEP, "points": pts}))?;
     }
     Ok(())
+}
+
+const ALLOC_STEP: u64 = 256;
+
+/// New-flow cost against how many mappings one subscriber already holds: natrix's
+/// allocator scans the subscriber's blocks in slot order, a full block end to end.
+pub fn alloc_curve(inside: &str, outside: &str, step: u64, max: u64) -> Result<Vec<(u64, f64)>> {
+    let plan = Plan { sessions: max + 1000, subs: 1, addrs: 1, udp: 0, tcp: 0, icmp: 0, new: 0 };
+    let cfg = plan.config(inside, outside)?;
+    let in_if = sys::ifindex(inside)?;
+    let dp = Dataplane::load(&cfg, Persistence::Private)?;
+    let ifaces = dataplane::resolve_interfaces(&cfg)?;
+    dp.configure(&cfg, &ifaces)?;
+    let inside_fd = dp.skel.progs.nx_xdp_inside.as_fd().as_raw_fd();
+    let mut h = Harness::new(1)?;
+    let base = FlowSpec { subs: 1, mode: Mode::New, dmac: sys::mac_of(inside)?, ..Default::default() };
+    let mut out = Vec::new();
+    let mut k = 0;
+    while k < max {
+        h.target(inside_fd)?;
+        let t = h.run(&FlowSpec { flow_base: k, ..base.clone() }, in_if, step as u32)?;
+        ensure!(t.retval == XDP_REDIRECT, "verdict {} at {k}", t.retval);
+        h.target_nop()?;
+        let n = h.run(&FlowSpec { flow_base: k, ..base.clone() }, in_if, step as u32)?;
+        out.push((k, t.ns - n.ns));
+        k += step;
+    }
+    Ok(out)
 }

@@ -272,7 +272,7 @@ fn ns(x: f64) -> String {
 }
 
 /// The generated markdown: tables of medians, the targets, pointers to the plots.
-fn markdown(machine: &Value, e: &[E2e], cost: &[Value], t: &[Target], rounds: usize) -> String {
+fn markdown(machine: &Value, e: &[E2e], cost: &[Value], alloc: Option<&Value>, t: &[Target], rounds: usize) -> String {
     let mut m = String::new();
     let gws = ["natrix", "nft", "kernel", "xdpfwd", "direct"];
     let name = |g: &str| match g {
@@ -432,9 +432,21 @@ fn markdown(machine: &Value, e: &[E2e], cost: &[Value], t: &[Target], rounds: us
         }
         let _ = writeln!(m, "\nPer-map columns are bytes per session.");
     }
+    if let Some(a) = alloc {
+        let bs = a["block_size"].as_u64().unwrap_or(1024).max(1);
+        let mut per_block: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for p in a["points"].as_array().into_iter().flatten() {
+            if let (Some(k), Some(v)) = (p[0].as_u64(), p[1].as_f64()) {
+                per_block.entry(k / bs).or_default().push(v);
+            }
+        }
+        let _ = writeln!(m, "\n### New-flow cost vs mappings one subscriber holds ({bs}-port blocks, BPF_PROG_TEST_RUN)\n");
+        let _ = writeln!(m, "| mappings held | {} |\n|---|{}", per_block.keys().map(|b| format!("{}–{}", b * bs, (b + 1) * bs - 1)).collect::<Vec<_>>().join(" | "), "---|".repeat(per_block.len()));
+        let _ = writeln!(m, "| µs per new flow | {} |", per_block.values().map(|v| format!("{:.1}", median(v.clone()) / 1000.0)).collect::<Vec<_>>().join(" | "));
+    }
     let _ = writeln!(
         m,
-        "\n![throughput vs packet size](img/throughput_vs_size.png)\n![throughput vs connections](img/throughput_vs_connections.png)\n![connection setup rate](img/setup_rate.png)\n![per-packet cost vs sessions](img/cost_vs_sessions.png)"
+        "\n![throughput vs packet size](img/throughput_vs_size.png)\n![throughput vs connections](img/throughput_vs_connections.png)\n![connection setup rate](img/setup_rate.png)\n![per-packet cost vs sessions](img/cost_vs_sessions.png)\n![new-flow cost vs mappings per subscriber](img/alloc_curve.png)"
     );
     m
 }
@@ -454,6 +466,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
     let mut cost: Vec<Value> = recs.iter().filter(|r| r["kind"] == "cost").cloned().collect();
     cost.sort_by_key(|c| c["plan"]["sessions"].as_u64().unwrap_or(0));
     let t = targets(&e, &cost);
+    let alloc = recs.iter().rev().find(|r| r["kind"] == "alloc").cloned();
     let rounds = recs.iter().filter_map(|r| r["round"].as_u64()).max().unwrap_or(0) as usize;
     let machine = super::sys::machine();
     let out = json!({
@@ -461,6 +474,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
         "rounds": rounds,
         "e2e": e,
         "cost": cost,
+        "alloc": alloc,
         "targets": t,
     });
     std::fs::write(&a.out, serde_json::to_string_pretty(&out)?).with_context(|| format!("writing {}", a.out.display()))?;
@@ -468,7 +482,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
         println!("{} {}: want {}, got {} ({})", if x.met { "MET   " } else { "MISSED" }, x.name, x.want, x.got, x.detail);
     }
     if let Some(doc) = &a.docs {
-        let md = markdown(&machine, &e, &cost, &t, rounds);
+        let md = markdown(&machine, &e, &cost, alloc.as_ref(), &t, rounds);
         let old = std::fs::read_to_string(doc).with_context(|| format!("reading {}", doc.display()))?;
         let (Some(b), Some(en)) = (old.find(BEGIN), old.find(END)) else {
             bail!("{}: markers {BEGIN:?} / {END:?} not found", doc.display());

@@ -629,7 +629,6 @@ fn sweep_stale() {
 
 struct Daemon {
     child: Child,
-    log: PathBuf,
 }
 
 /// Two subscribers, a gateway and a server, in fresh namespaces; plus the daemon when
@@ -800,7 +799,7 @@ impl Topo {
             .stderr(err)
             .spawn()
             .expect("spawn natrix run");
-        self.daemon = Some(Daemon { child, log: log.clone() });
+        self.daemon = Some(Daemon { child });
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let text = strip_ansi(&std::fs::read_to_string(&log).unwrap_or_default());
@@ -914,7 +913,6 @@ impl Drop for Topo {
         if let Some(mut d) = self.daemon.take() {
             let _ = d.child.kill();
             let _ = d.child.wait();
-            let _ = d.log;
         }
         if std::thread::panicking() {
             for (i, p) in self.logs.iter().enumerate() {

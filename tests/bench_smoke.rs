@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! `make bench` in miniature (BENCH_SMOKE=1): namespaces, the generator, natrix, the
+//! forwarder, the kernel, per-packet cost with 1k sessions, the report and the plots, a few
+//! seconds each. Checks that everything ran and wrote sane results, never how fast: timing
+//! belongs to `make bench`, not to the tests.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn is_root() -> bool {
+    // SAFETY: plain getter.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn bench_smoke_runs_and_reports() {
+    if !is_root() {
+        eprintln!("skipped: needs root (namespaces, XDP)");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("natrix-bench-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let st = Command::new(root.join("scripts/bench.sh"))
+        .env("BENCH_SMOKE", "1")
+        .env("BENCH_OUT", &out)
+        .env("NATRIX", env!("CARGO_BIN_EXE_natrix"))
+        .current_dir(root)
+        .status()
+        .expect("running scripts/bench.sh");
+    assert!(st.success(), "scripts/bench.sh (BENCH_SMOKE=1) failed: see {}/bench.log", out.display());
+
+    let res: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("results.json")).expect("JSON");
+    let e2e = res["e2e"].as_array().expect("e2e records");
+    for gw in ["direct", "natrix", "xdpfwd", "kernel"] {
+        let r = e2e
+            .iter()
+            .find(|r| r["gateway"] == gw && r["case"] == "size" && r["size"] == 64)
+            .unwrap_or_else(|| panic!("no 64-byte record for {gw}"));
+        let pps = r["pps"].as_f64().unwrap();
+        assert!(pps.is_finite() && pps > 0.0, "{gw}: nothing reached the sink: {r}");
+        assert!(r["loss"].as_f64().unwrap() < 0.5, "{gw}: most packets lost: {r}");
+    }
+    for case in ["flows", "scale", "newflow"] {
+        assert!(
+            e2e.iter().any(|r| r["gateway"] == "natrix" && r["case"] == case && r["pps"].as_f64().unwrap_or(0.0) > 0.0),
+            "natrix {case}: no traffic"
+        );
+    }
+    // natrix translated: the profile of its program saw the packets
+    let nat = e2e.iter().find(|r| r["gateway"] == "natrix" && r["case"] == "size").unwrap();
+    assert!(nat["prog_ns"].as_f64().unwrap_or(0.0) > 0.0, "no bpf_stats profile: {nat}");
+
+    let cost = res["cost"].as_array().expect("cost records");
+    assert_eq!(cost.len(), 1);
+    let c = &cost[0];
+    assert_eq!(c["sessions"], 1000, "cost: sessions filled");
+    for k in ["fwd", "est_out", "est_in"] {
+        let v = c["ns"][k]["hot"].as_f64().unwrap();
+        assert!(v.is_finite() && v > 0.0, "cost {k}: {v}");
+    }
+    assert!(c["memory"]["bytes_per_session"].as_f64().unwrap() > 0.0);
+    assert!(c["memory"]["per_map"]["nx_sess"].as_u64().unwrap() > 0);
+    assert!(res["alloc"]["points"].as_array().is_some_and(|p| !p.is_empty()), "allocation curve");
+    assert!(!res["targets"].as_array().unwrap().is_empty(), "targets evaluated");
+    for png in ["throughput_vs_size", "throughput_vs_connections", "setup_rate", "cost_vs_sessions", "alloc_curve"] {
+        let p = out.join(format!("{png}.png"));
+        let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 1000, "{} missing or empty", p.display());
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
