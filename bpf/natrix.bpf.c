@@ -10,17 +10,11 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* XDP ingress of every inside interface: inside -> outside, and hairpinning. */
 SEC("xdp")
-int nx_xdp_inside(struct xdp_md *ctx)
-{
-	return nx_path_inside(ctx);
-}
+int nx_xdp_inside(struct xdp_md *ctx) { return nx_path_inside(ctx); }
 
 /* XDP ingress of every outside interface: outside -> inside. */
 SEC("xdp")
-int nx_xdp_outside(struct xdp_md *ctx)
-{
-	return nx_path_outside(ctx);
-}
+int nx_xdp_outside(struct xdp_md *ctx) { return nx_path_outside(ctx); }
 
 /* Run by the daemon (BPF_PROG_RUN) after it put a batch of candidates in nx_reap_buf. */
 SEC("syscall")

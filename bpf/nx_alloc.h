@@ -37,11 +37,11 @@ static __always_inline __u64 nx_port_word(__u32 in_ip, __u16 in_port_h)
 
 /* ---- claiming one port inside one block ---- */
 struct nx_pscan {
-	__u32 base; /* nx_ports index of the block's first port */
-	__u32 half; /* candidates of one parity: block_size / 2 */
+	__u32 base;  /* nx_ports index of the block's first port */
+	__u32 half;  /* candidates of one parity: block_size / 2 */
 	__u32 start; /* first candidate, 0 .. half-1 */
-	__u32 par; /* offset parity to try (0/1) */
-	__u64 word; /* value to store */
+	__u32 par;   /* offset parity to try (0/1) */
+	__u64 word;  /* value to store */
 	__s32 found; /* offset in block, or -1 */
 };
 
@@ -71,7 +71,7 @@ static long nx_pscan_cb(__u64 i, void *vctx)
 /* Claim a free port in block gid (already reserved by the caller). Returns the outside
  * port in host order, or -1 when the block has no free port. */
 static __noinline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 pidx,
-					     __u16 in_port_h, __u64 word)
+					__u16 in_port_h, __u64 word)
 {
 	__u32 bpa = cfg->blocks_per_addr;
 	__u32 bs = cfg->block_size;
@@ -102,10 +102,7 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 
 }
 
 /* ---- blocks ---- */
-static __always_inline __u64 *nx_block(__u32 gid)
-{
-	return bpf_map_lookup_elem(&nx_blocks, &gid);
-}
+static __always_inline __u64 *nx_block(__u32 gid) { return bpf_map_lookup_elem(&nx_blocks, &gid); }
 
 /* Count one more port against block gid if sip still owns it. */
 static __always_inline int nx_block_reserve(__u32 gid, __u32 sip)
@@ -233,8 +230,8 @@ struct nx_slots {
 	__u32 pidx;
 	__u16 in_port_h;
 	__s32 free_slot; /* first reusable slot, -1 if none */
-	__u32 free_val; /* what that slot held (0, or a block released meanwhile) */
-	int port; /* result, -1 until found */
+	__u32 free_val;	 /* what that slot held (0, or a block released meanwhile) */
+	int port;	 /* result, -1 until found */
 };
 
 static long nx_slots_cb(__u64 i, void *vctx)
@@ -390,8 +387,8 @@ static __always_inline int nx_alloc_low_port(struct nx_config *cfg, struct nx_su
 	s.word = nx_port_word(sip, in_port_h);
 	s.found = -1;
 	/* offset parity p gives ports of parity !p */
-	s.par = (cfg->flags & NX_CF_PORT_PARITY) && pidx != NX_P_ICMP ? !(in_port_h & 1) :
-									 bpf_get_prandom_u32() & 1;
+	s.par = (cfg->flags & NX_CF_PORT_PARITY) && pidx != NX_P_ICMP ? !(in_port_h & 1)
+								      : bpf_get_prandom_u32() & 1;
 	bpf_loop(s.half, nx_pscan_cb, &s, 0);
 	if (s.found < 0) {
 		s.par ^= 1;
@@ -446,7 +443,8 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
 		return -reason;
 	if (!nx_rate_ok(cfg, sub))
 		return -NX_DROP_RATE_LIMITED;
-	if ((cfg->flags & NX_CF_PORT_CLASS) && in_port_h > 0 && in_port_h < 1024 && pidx != NX_P_ICMP)
+	if ((cfg->flags & NX_CF_PORT_CLASS) && in_port_h > 0 && in_port_h < 1024 &&
+	    pidx != NX_P_ICMP)
 		port = nx_alloc_low_port(cfg, sub, sip, pidx, (__u16)in_port_h);
 	else
 		port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);

@@ -16,7 +16,7 @@ static __always_inline __u16 nx_csum_fold(__u32 c)
 
 static __always_inline void nx_csum_replace4(__u16 *sum, __u32 from, __u32 to)
 {
-	__u32 c = (__u16)~*sum;
+	__u32 c = (__u16) ~*sum;
 
 	from = ~from;
 	c += (from & 0xffff) + (from >> 16);
@@ -26,7 +26,7 @@ static __always_inline void nx_csum_replace4(__u16 *sum, __u32 from, __u32 to)
 
 static __always_inline void nx_csum_replace2(__u16 *sum, __u16 from, __u16 to)
 {
-	__u32 c = (__u16)~*sum;
+	__u32 c = (__u16) ~*sum;
 
 	c += (__u16)~from;
 	c += to;

@@ -29,10 +29,11 @@ static __always_inline void nx_frag_key_of(struct nx_pkt *p, struct nx_frag_key 
 }
 
 /* After the first fragment of an inbound datagram was looked up (not yet rewritten). */
-static __always_inline void nx_frag_record(struct nx_config *cfg, struct nx_pkt *p, __u32 in_ip, __u32 now)
+static __always_inline void nx_frag_record(struct nx_config *cfg, struct nx_pkt *p, __u32 in_ip,
+					   __u32 now)
 {
 	struct nx_frag_key k;
-	struct nx_frag v = { .in_ip = in_ip, .expire = now + cfg->frag_timeout };
+	struct nx_frag v = {.in_ip = in_ip, .expire = now + cfg->frag_timeout};
 
 	nx_frag_key_of(p, &k);
 	bpf_map_update_elem(&nx_frags, &k, &v, BPF_ANY);

@@ -53,7 +53,8 @@ static __always_inline int nx_redirect(struct nx_pkt *p, struct bpf_fib_lookup *
 
 /* Finish a packet already translated: forward it ourselves when the FIB can, otherwise let
  * the kernel forward the translated packet (it resolves the neighbour or fragments). */
-static __always_inline int nx_finish(struct xdp_md *ctx, struct nx_pkt *p, struct bpf_fib_lookup *fib)
+static __always_inline int nx_finish(struct xdp_md *ctx, struct nx_pkt *p,
+				     struct bpf_fib_lookup *fib)
 {
 	int rc = nx_fib(ctx, p->ip, fib);
 

@@ -22,7 +22,8 @@
 
 static __always_inline int nx_icmp_is_error(__u8 type)
 {
-	return type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED || type == ICMP_PARAMETERPROB;
+	return type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED ||
+	       type == ICMP_PARAMETERPROB;
 }
 
 /* ---- one's complement sum of a packet region, any length, through bpf_loop ---- */
@@ -46,7 +47,7 @@ static long nx_sum_cb(__u64 i, void *vctx)
 /* Sum (not complemented, not folded) of len bytes at offset off of the frame. */
 static __always_inline __u32 nx_sum_region(struct xdp_md *ctx, __u32 off, __u32 len)
 {
-	struct nx_sum s = { .ctx = ctx, .off = off, .sum = 0 };
+	struct nx_sum s = {.ctx = ctx, .off = off, .sum = 0};
 	__u32 words = len / 4, rest = len & 3;
 	__u16 h = 0;
 	__u8 b = 0;
@@ -72,10 +73,10 @@ struct nx_icmp_err {
 	struct iphdr *ip; /* outer */
 	struct icmphdr *icmp;
 	struct iphdr *eip; /* embedded IP header */
-	void *el4; /* embedded transport header, at least 8 bytes present */
+	void *el4;	   /* embedded transport header, at least 8 bytes present */
 	__be16 *eport_src; /* embedded source port / echo identifier */
 	__be16 *eport_dst; /* embedded destination port / echo identifier */
-	__u16 *el4_csum; /* embedded L4 checksum when inside the frame, else 0 */
+	__u16 *el4_csum;   /* embedded L4 checksum when inside the frame, else 0 */
 	__u8 eproto;
 };
 

@@ -190,8 +190,9 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
  * the outside port array names the inside endpoint, the mapping confirms it, the filter
  * decides, the session is found or created. The packet is not rewritten yet: *in_ip and
  * *in_port say what to rewrite to. Returns -1 on success, or a drop reason. */
-static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_pkt *p, __u32 addr_idx,
-					      __u32 now, __u32 *in_ip, __u16 *in_port)
+static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_pkt *p,
+					      __u32 addr_idx, __u32 now, __u32 *in_ip,
+					      __u16 *in_port)
 {
 	__u32 pidx = nx_proto_idx(p->proto);
 	__be16 out_port = p->proto == IPPROTO_ICMP ? *p->sport : *p->dport;
@@ -231,9 +232,9 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 			return NX_DROP_FILTERED;
 		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now);
 		if (!s)
-			return p->proto == IPPROTO_TCP && !(p->tcp_flags & NX_TCPF_SYN) ?
-				       NX_DROP_FILTERED :
-				       NX_DROP_TABLE_FULL;
+			return p->proto == IPPROTO_TCP && !(p->tcp_flags & NX_TCPF_SYN)
+				   ? NX_DROP_FILTERED
+				   : NX_DROP_TABLE_FULL;
 	}
 	*in_ip = mk.in_ip;
 	*in_port = mk.in_port;
@@ -359,7 +360,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	/* Excluded destinations (RFC 6888 REQ-6) are routed as they are. The flag spares
 	 * every packet a trie lookup when there are none. */
 	if (cfg->flags & NX_CF_EXCLUSIONS) {
-		struct nx_lpm_key ek = { .prefixlen = 32, .addr = dst };
+		struct nx_lpm_key ek = {.prefixlen = 32, .addr = dst};
 
 		if (bpf_map_lookup_elem(&nx_excl, &ek)) {
 			nx_count(NX_STAT_PASS_EXCLUDED);
@@ -387,8 +388,9 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 			fib_rc = BPF_FIB_LKUP_RET_SUCCESS;
 		}
 		if (fib_rc != BPF_FIB_LKUP_RET_SUCCESS && fib_rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-			return nx_pass(fib_rc == BPF_FIB_LKUP_RET_NOT_FWDED ? NX_STAT_PASS_LOCAL :
-									  NX_STAT_PASS_FIB_OTHER);
+			return nx_pass(fib_rc == BPF_FIB_LKUP_RET_NOT_FWDED
+					   ? NX_STAT_PASS_LOCAL
+					   : NX_STAT_PASS_FIB_OTHER);
 		/* Only traffic leaving through an outside interface is translated. */
 		if (nx_iface_role(fib->ifindex) != NX_ROLE_OUTSIDE)
 			return nx_pass(NX_STAT_PASS_LOCAL);
@@ -500,8 +502,8 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
 		nx_count(NX_DROP_MTU_EXCEEDED);
-		if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED), fib->mtu_result,
-				 dst) < 0)
+		if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),
+				 fib->mtu_result, dst) < 0)
 			return XDP_DROP;
 		return XDP_REDIRECT;
 	}

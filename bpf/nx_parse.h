@@ -25,11 +25,11 @@ struct nx_pkt {
 	struct iphdr *ip;
 	void *l4;
 	__u16 l4_len; /* bytes of L4 header and payload according to the IP header */
-	__u8 proto; /* IPPROTO_TCP / UDP / ICMP */
+	__u8 proto;   /* IPPROTO_TCP / UDP / ICMP */
 	__u8 tcp_flags;
-	__u8 frag; /* 0: whole datagram, 1: first fragment, 2: a later fragment */
-	__be16 *sport; /* TCP/UDP source port, ICMP echo identifier */
-	__be16 *dport; /* TCP/UDP destination port, NULL for ICMP */
+	__u8 frag;	/* 0: whole datagram, 1: first fragment, 2: a later fragment */
+	__be16 *sport;	/* TCP/UDP source port, ICMP echo identifier */
+	__be16 *dport;	/* TCP/UDP destination port, NULL for ICMP */
 	__u16 *l4_csum; /* L4 checksum field */
 };
 

@@ -29,7 +29,7 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, struct nx_map *
 	pw = bpf_map_lookup_elem(&nx_ports, &idx);
 	if (pw && __sync_val_compare_and_swap(pw, nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)),
 					      (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s) ==
-			  nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port))) {
+		      nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port))) {
 		struct nx_config *cfg = nx_config();
 
 		/* a port-class port: the subscriber holds one fewer (see nx_alloc_low_port) */

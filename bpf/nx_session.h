@@ -111,8 +111,8 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 		fresh.state = nx_tcp_next(NX_TCP_NONE, tcp_flags, dir);
 		if (fresh.state == NX_TCP_NONE) {
 			/* Outbound, with its mapping there: a connection whose session was reaped a
-			 * moment ago, picked up. Inbound, only a SYN opens anything: a stray segment
-			 * must not hold a mapping for two hours. */
+			 * moment ago, picked up. Inbound, only a SYN opens anything: a stray
+			 * segment must not hold a mapping for two hours. */
 			if (dir == NX_DIR_IN)
 				return 0;
 			fresh.state = NX_TCP_EST;

@@ -13,7 +13,7 @@
 #define nx_static_assert(c, msg) _Static_assert(c, msg)
 
 /* Hard limits of the table layouts; the configurable limits sit below them. */
-#define NX_MAX_POOL_ADDRS 65536 /* pool addresses (index fits 16 bits) */
+#define NX_MAX_POOL_ADDRS 65536	 /* pool addresses (index fits 16 bits) */
 #define NX_MAX_BLOCKS_PER_SUB 32 /* slots in a subscriber entry */
 #define NX_MAX_IFACES 64
 #define NX_PORTS_PER_ADDR 65536
@@ -34,15 +34,15 @@ enum nx_proto_idx {
 /* nx_config.flags */
 enum nx_config_flags {
 	NX_CF_PORT_PARITY = 1 << 0, /* RFC 4787 REQ-5: even stays even, odd stays odd */
-	NX_CF_HAIRPIN = 1 << 1, /* RFC 4787 REQ-9 */
-	NX_CF_PORT_CLASS = 1 << 2, /* RFC 4787 REQ-3: inside ports < 1024 get ports < 1024 */
-	NX_CF_EXCLUSIONS = 1 << 3, /* [[exclude]] prefixes exist: look them up */
+	NX_CF_HAIRPIN = 1 << 1,	    /* RFC 4787 REQ-9 */
+	NX_CF_PORT_CLASS = 1 << 2,  /* RFC 4787 REQ-3: inside ports < 1024 get ports < 1024 */
+	NX_CF_EXCLUSIONS = 1 << 3,  /* [[exclude]] prefixes exist: look them up */
 };
 
 /* nx_config.filtering (RFC 4787 section 5) */
 enum nx_filtering {
-	NX_FILTER_EIF = 0, /* endpoint-independent */
-	NX_FILTER_ADF = 1, /* address-dependent */
+	NX_FILTER_EIF = 0,  /* endpoint-independent */
+	NX_FILTER_ADF = 1,  /* address-dependent */
 	NX_FILTER_APDF = 2, /* address-and-port-dependent */
 };
 
@@ -53,19 +53,19 @@ struct nx_config {
 	__u32 to_tcp_est;
 	__u32 to_tcp_trans;
 	__u32 to_icmp;
-	__u32 flags; /* enum nx_config_flags */
+	__u32 flags;	 /* enum nx_config_flags */
 	__u32 filtering; /* enum nx_filtering */
-	__u16 port_lo; /* pool port range, inclusive */
+	__u16 port_lo;	 /* pool port range, inclusive */
 	__u16 port_hi;
-	__u16 block_size; /* ports per block */
+	__u16 block_size;      /* ports per block */
 	__u16 blocks_per_addr; /* (port_hi - port_lo + 1) / block_size */
-	__u16 max_blocks; /* per subscriber, <= NX_MAX_BLOCKS_PER_SUB */
-	__u16 n_addrs; /* pool addresses in use, <= NX_MAX_POOL_ADDRS */
-	__u32 addr_hint; /* pool index the daemon picks for the next new subscriber */
-	__u32 hold_down_s; /* port hold-down, seconds (daemon side) */
+	__u16 max_blocks;      /* per subscriber, <= NX_MAX_BLOCKS_PER_SUB */
+	__u16 n_addrs;	       /* pool addresses in use, <= NX_MAX_POOL_ADDRS */
+	__u32 addr_hint;       /* pool index the daemon picks for the next new subscriber */
+	__u32 hold_down_s;     /* port hold-down, seconds (daemon side) */
 	__u32 max_new_per_sec; /* per-subscriber new-mapping rate, 0 = unlimited */
-	__u32 icmp_per_sec; /* ICMP errors natrix itself sends, per CPU; 0 = none */
-	__u32 frag_timeout; /* ticks a fragment record lives */
+	__u32 icmp_per_sec;    /* ICMP errors natrix itself sends, per CPU; 0 = none */
+	__u32 frag_timeout;    /* ticks a fragment record lives */
 };
 nx_static_assert(sizeof(struct nx_config) == 56, "nx_config layout");
 
@@ -107,19 +107,19 @@ struct nx_sub {
 /* ---- Mappings, the BIB (map nx_maps, hash) -------------------------------------------
  * Endpoint-independent: one entry per inside (address, port|query id, protocol). */
 struct nx_map_key {
-	__u32 in_ip; /* network order */
+	__u32 in_ip;   /* network order */
 	__u16 in_port; /* network order; ICMP: the echo identifier */
-	__u8 proto; /* IPPROTO_* */
+	__u8 proto;    /* IPPROTO_* */
 	__u8 pad;
 };
 nx_static_assert(sizeof(struct nx_map_key) == 8, "nx_map_key layout");
 
 struct nx_map {
-	__u32 out_ip; /* network order */
+	__u32 out_ip;	/* network order */
 	__u16 out_port; /* network order */
-	__u16 flags; /* enum nx_map_flags */
-	__u32 nsess; /* sessions referring to this mapping (atomic) */
-	__u32 expire; /* tick; refreshed by its sessions */
+	__u16 flags;	/* enum nx_map_flags */
+	__u32 nsess;	/* sessions referring to this mapping (atomic) */
+	__u32 expire;	/* tick; refreshed by its sessions */
 };
 nx_static_assert(sizeof(struct nx_map) == 16, "nx_map layout");
 
@@ -141,8 +141,8 @@ nx_static_assert(sizeof(struct nx_sess_key) == 16, "nx_sess_key layout");
 
 struct nx_sess {
 	__u32 expire; /* tick */
-	__u8 state; /* enum nx_tcp_state; NX_TCP_NONE for UDP and ICMP */
-	__u8 flags; /* enum nx_sess_flags */
+	__u8 state;   /* enum nx_tcp_state; NX_TCP_NONE for UDP and ICMP */
+	__u8 flags;   /* enum nx_sess_flags */
 	__u16 pad;
 };
 nx_static_assert(sizeof(struct nx_sess) == 8, "nx_sess layout");
@@ -151,10 +151,10 @@ nx_static_assert(sizeof(struct nx_sess) == 8, "nx_sess layout");
 enum nx_tcp_state {
 	NX_TCP_NONE = 0,
 	NX_TCP_SYN_OUT = 1, /* SYN seen from inside only */
-	NX_TCP_SYN_IN = 2, /* SYN seen from outside only */
+	NX_TCP_SYN_IN = 2,  /* SYN seen from outside only */
 	NX_TCP_EST = 3,
 	NX_TCP_FIN_OUT = 4, /* FIN from inside */
-	NX_TCP_FIN_IN = 5, /* FIN from outside */
+	NX_TCP_FIN_IN = 5,  /* FIN from outside */
 	NX_TCP_FIN_BOTH = 6,
 	NX_TCP_RST = 7, /* RST seen: transitory timeout, not deleted at once (RFC 7857) */
 };
@@ -201,7 +201,7 @@ struct nx_frag_key {
 nx_static_assert(sizeof(struct nx_frag_key) == 12, "nx_frag_key layout");
 
 struct nx_frag {
-	__u32 in_ip; /* translated destination */
+	__u32 in_ip;  /* translated destination */
 	__u32 expire; /* tick */
 };
 
@@ -224,10 +224,10 @@ enum nx_reap_op {
 };
 
 struct nx_reap_args {
-	__u32 op; /* enum nx_reap_op */
-	__u32 n; /* entries used, <= NX_REAP_BATCH */
-	__u32 now_s; /* CLOCK_MONOTONIC seconds, written into released ports */
-	__u32 deleted; /* out: entries deleted */
+	__u32 op;	    /* enum nx_reap_op */
+	__u32 n;	    /* entries used, <= NX_REAP_BATCH */
+	__u32 now_s;	    /* CLOCK_MONOTONIC seconds, written into released ports */
+	__u32 deleted;	    /* out: entries deleted */
 	__u32 maps_deleted; /* out: mappings deleted as a consequence */
 	__u32 pad;
 	union {
@@ -243,50 +243,50 @@ enum nx_stat {
 	/* traffic */
 	NX_STAT_RX_INSIDE = 0,
 	NX_STAT_RX_OUTSIDE,
-	NX_STAT_XLATE_OUT, /* translated inside -> outside */
-	NX_STAT_XLATE_IN, /* translated outside -> inside */
-	NX_STAT_REDIRECT, /* forwarded by XDP itself */
-	NX_STAT_PASS_NOT_IP, /* non-IPv4 (ARP, IPv6...) to the kernel */
-	NX_STAT_PASS_LOCAL, /* for the gateway itself, or not ours to translate */
-	NX_STAT_PASS_TTL, /* TTL <= 1: the kernel answers time exceeded */
-	NX_STAT_PASS_NO_NEIGH, /* translated, neighbour unresolved: kernel forwards */
+	NX_STAT_XLATE_OUT,	/* translated inside -> outside */
+	NX_STAT_XLATE_IN,	/* translated outside -> inside */
+	NX_STAT_REDIRECT,	/* forwarded by XDP itself */
+	NX_STAT_PASS_NOT_IP,	/* non-IPv4 (ARP, IPv6...) to the kernel */
+	NX_STAT_PASS_LOCAL,	/* for the gateway itself, or not ours to translate */
+	NX_STAT_PASS_TTL,	/* TTL <= 1: the kernel answers time exceeded */
+	NX_STAT_PASS_NO_NEIGH,	/* translated, neighbour unresolved: kernel forwards */
 	NX_STAT_PASS_FIB_OTHER, /* fib said anything else: kernel decides */
-	NX_STAT_PASS_TOO_BIG, /* translated, too big without DF: the kernel fragments it */
+	NX_STAT_PASS_TOO_BIG,	/* translated, too big without DF: the kernel fragments it */
 	NX_STAT_MAP_CREATED,
 	NX_STAT_SESS_CREATED,
 	NX_STAT_SUB_CREATED,
 	NX_STAT_BLOCK_ALLOC,
-	NX_STAT_ALLOC_RETRY, /* a compare-and-swap lost to another CPU */
-	NX_STAT_PASS_EXCLUDED, /* destination in an [[exclude]] prefix: forwarded as is */
-	NX_STAT_ICMP_ERR_IN, /* ICMP errors translated outside -> inside */
-	NX_STAT_ICMP_ERR_OUT, /* ICMP errors translated inside -> outside */
-	NX_STAT_ICMP_SENT, /* ICMP errors natrix generated (3/4, 3/13) */
+	NX_STAT_ALLOC_RETRY,	 /* a compare-and-swap lost to another CPU */
+	NX_STAT_PASS_EXCLUDED,	 /* destination in an [[exclude]] prefix: forwarded as is */
+	NX_STAT_ICMP_ERR_IN,	 /* ICMP errors translated outside -> inside */
+	NX_STAT_ICMP_ERR_OUT,	 /* ICMP errors translated inside -> outside */
+	NX_STAT_ICMP_SENT,	 /* ICMP errors natrix generated (3/4, 3/13) */
 	NX_STAT_ICMP_SUPPRESSED, /* ... not sent: rate limit */
-	NX_STAT_FRAG_OUT, /* fragments translated inside -> outside */
-	NX_STAT_FRAG_IN, /* fragments translated outside -> inside */
-	NX_STAT_FRAG_HELD, /* arrived before their first fragment: handed to the daemon */
+	NX_STAT_FRAG_OUT,	 /* fragments translated inside -> outside */
+	NX_STAT_FRAG_IN,	 /* fragments translated outside -> inside */
+	NX_STAT_FRAG_HELD,	 /* arrived before their first fragment: handed to the daemon */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */
-	NX_DROP_MALFORMED_IP, /* bad version, IHL < 5, total length that lies */
-	NX_DROP_MALFORMED_L4, /* truncated TCP/UDP/ICMP header, bad TCP data offset */
-	NX_DROP_FRAGMENT, /* fragment natrix cannot translate (hairpinned, or tiny first) */
+	NX_DROP_MALFORMED_IP,		       /* bad version, IHL < 5, total length that lies */
+	NX_DROP_MALFORMED_L4,  /* truncated TCP/UDP/ICMP header, bad TCP data offset */
+	NX_DROP_FRAGMENT,      /* fragment natrix cannot translate (hairpinned, or tiny first) */
 	NX_DROP_FRAG_NO_STATE, /* early fragment and no room left to hold it */
 	NX_DROP_UNSUPPORTED_PROTO, /* neither TCP, UDP nor ICMP */
-	NX_DROP_UNSUPPORTED_ICMP, /* ICMP type natrix does not translate */
-	NX_DROP_NO_MAPPING, /* inbound to the pool with no mapping */
-	NX_DROP_FILTERED, /* inbound refused by the filtering mode */
-	NX_DROP_POOL_EXHAUSTED, /* no free block on any pool address */
-	NX_DROP_QUOTA_EXCEEDED, /* subscriber's blocks all used (max_blocks) */
-	NX_DROP_RATE_LIMITED, /* subscriber's new-mapping rate */
-	NX_DROP_TABLE_FULL, /* mapping/session/subscriber table at max_entries */
+	NX_DROP_UNSUPPORTED_ICMP,  /* ICMP type natrix does not translate */
+	NX_DROP_NO_MAPPING,	   /* inbound to the pool with no mapping */
+	NX_DROP_FILTERED,	   /* inbound refused by the filtering mode */
+	NX_DROP_POOL_EXHAUSTED,	   /* no free block on any pool address */
+	NX_DROP_QUOTA_EXCEEDED,	   /* subscriber's blocks all used (max_blocks) */
+	NX_DROP_RATE_LIMITED,	   /* subscriber's new-mapping rate */
+	NX_DROP_TABLE_FULL,	   /* mapping/session/subscriber table at max_entries */
 	NX_DROP_HAIRPIN_DISABLED,
 	NX_DROP_TCP_NO_SYN, /* first TCP packet of a flow is not a SYN (outbound) */
 	NX_DROP_REDIRECT_FAILED,
 	NX_DROP_ICMP_BAD_CHECKSUM, /* ICMP error with a bad ICMP or embedded IP checksum */
-	NX_DROP_ICMP_MALFORMED, /* ICMP error whose embedded packet is truncated or not IPv4 */
-	NX_DROP_MTU_EXCEEDED, /* too big with DF set (the sender got fragmentation needed) */
-	NX_DROP_INTERNAL, /* a lookup that cannot fail did: a bug, never expected */
+	NX_DROP_ICMP_MALFORMED,	   /* ICMP error whose embedded packet is truncated or not IPv4 */
+	NX_DROP_MTU_EXCEEDED,	   /* too big with DF set (the sender got fragmentation needed) */
+	NX_DROP_INTERNAL,	   /* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };
 

@@ -103,7 +103,8 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
         }
         // Waits for early fragments (or the next sweep); while some are held, look for
         // their first fragment's record often: they are a datagram in flight.
-        let wait = if holder.borrow().is_holding() { Duration::from_millis(2) } else { Duration::from_millis(50) };
+        let wait =
+            if holder.borrow().is_holding() { Duration::from_millis(2) } else { Duration::from_millis(50) };
         if let Err(e) = rb.poll(wait.min(every)) {
             if e.kind() != libbpf_rs::ErrorKind::Interrupted {
                 warn!("fragment ring buffer: {e}");

@@ -20,7 +20,9 @@ use tracing::{info, warn};
 use crate::config::{Config, Filtering, XdpMode};
 use crate::skel::types::{nx_config, nx_iface, nx_lpm_key, nx_map, nx_map_key};
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
-use crate::tables::{bytes_of, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT};
+use crate::tables::{
+    bytes_of, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT,
+};
 
 /// Values of `enum nx_iface_role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,7 +312,10 @@ impl Dataplane {
                         .map_err(bpf(format!("reading pinned map {name}")))?;
                     const BPF_F_RDONLY_PROG: u32 = 1 << 7;
                     let mut pi = pinned.info;
-                    if matches!(pinned.map_type(), libbpf_rs::MapType::Devmap | libbpf_rs::MapType::DevmapHash) {
+                    if matches!(
+                        pinned.map_type(),
+                        libbpf_rs::MapType::Devmap | libbpf_rs::MapType::DevmapHash
+                    ) {
                         pi.map_flags &= !BPF_F_RDONLY_PROG;
                     }
                     let want = (map.key_size(), map.value_size(), map.max_entries(), map.map_flags());
@@ -436,10 +441,14 @@ impl Dataplane {
                 expire: 0,
             };
             if !ours {
-                t.maps.update(bytes_of(&key), bytes_of(&m), MapFlags::ANY).map_err(bpf("adding a static forward"))?;
+                t.maps
+                    .update(bytes_of(&key), bytes_of(&m), MapFlags::ANY)
+                    .map_err(bpf("adding a static forward"))?;
             }
             if cur != word {
-                t.ports.update(&idx.to_ne_bytes(), &word.to_ne_bytes(), MapFlags::ANY).map_err(bpf("adding a static forward"))?;
+                t.ports
+                    .update(&idx.to_ne_bytes(), &word.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(bpf("adding a static forward"))?;
             }
         }
         // forwards that are no longer configured
@@ -457,7 +466,10 @@ impl Dataplane {
             info!(inside = %format!("{}:{}", ip_from_be(k.in_ip), u16::from_be(k.in_port)), "static forward removed");
         }
         if pending > 0 {
-            warn!(pending, "static forwards waiting for their port or inside endpoint to be released by a live mapping");
+            warn!(
+                pending,
+                "static forwards waiting for their port or inside endpoint to be released by a live mapping"
+            );
         }
         Ok(pending)
     }
@@ -469,7 +481,8 @@ impl Dataplane {
     /// untranslated.
     pub fn set_interfaces(&self, ifaces: &[Iface]) -> Result<()> {
         let t = &self.tables;
-        let wanted: std::collections::HashSet<[u8; 4]> = ifaces.iter().map(|i| i.ifindex.to_ne_bytes()).collect();
+        let wanted: std::collections::HashSet<[u8; 4]> =
+            ifaces.iter().map(|i| i.ifindex.to_ne_bytes()).collect();
         for i in ifaces {
             let k = i.ifindex.to_ne_bytes();
             let v = nx_iface { role: i.role as u32, addr: i.addr.map(ip_be).unwrap_or(0) };
@@ -532,7 +545,8 @@ impl Dataplane {
             return res;
         }
         // Interfaces dropped from the config: detached, like forwards no longer configured.
-        let configured: std::collections::HashSet<PathBuf> = ifaces.iter().map(|i| link_path(dir, &i.name)).collect();
+        let configured: std::collections::HashSet<PathBuf> =
+            ifaces.iter().map(|i| link_path(dir, &i.name)).collect();
         if let Ok(rd) = std::fs::read_dir(dir) {
             for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
                 let is_link = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("link_"));

@@ -49,9 +49,7 @@ impl Reaper<'_> {
         let zero = 0u32.to_ne_bytes();
         self.buf.update(&zero, bytes_of(args), libbpf_rs::MapFlags::ANY)?;
         let mut ctx = [0u8; 8];
-        let mut input = ProgramInput::default();
-        input.context_in = Some(&mut ctx);
-        self.prog.test_run(input)?;
+        self.prog.test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })?;
         if let Some(v) = self.buf.lookup(&zero, libbpf_rs::MapFlags::ANY)? {
             *args = read_pod(&v);
         }

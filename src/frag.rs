@@ -45,11 +45,18 @@ pub struct FragHolder {
 impl FragHolder {
     pub fn new(max_held: u32, timeout: Duration) -> std::io::Result<Self> {
         // SAFETY: plain socket(2); IPPROTO_RAW implies IP_HDRINCL: we send whole IP packets.
-        let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
+        let sock =
+            unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
         if sock < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(FragHolder { held: VecDeque::new(), max_held: max_held as usize, timeout, sock, stats: FragStats::default() })
+        Ok(FragHolder {
+            held: VecDeque::new(),
+            max_held: max_held as usize,
+            timeout,
+            sock,
+            stats: FragStats::default(),
+        })
     }
 
     pub fn is_holding(&self) -> bool {
@@ -77,7 +84,8 @@ impl FragHolder {
         let tick = now_tick();
         let mut keep = VecDeque::with_capacity(self.held.len());
         while let Some(mut h) = self.held.pop_front() {
-            let rec = frags.lookup(bytes_of(&h.key), MapFlags::ANY).ok().flatten().map(|v| read_pod::<nx_frag>(&v));
+            let rec =
+                frags.lookup(bytes_of(&h.key), MapFlags::ANY).ok().flatten().map(|v| read_pod::<nx_frag>(&v));
             match rec {
                 Some(r) if (r.expire.wrapping_sub(tick) as i32) > 0 => {
                     translate(&mut h.packet, r.in_ip);
@@ -133,7 +141,8 @@ pub fn translate(packet: &mut [u8], dst_be: u32) {
     packet[16..20].copy_from_slice(&dst_be.to_ne_bytes());
     packet[10] = 0;
     packet[11] = 0;
-    let mut sum: u32 = packet[..hlen].chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
+    let mut sum: u32 =
+        packet[..hlen].chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -147,9 +156,8 @@ mod tests {
     #[test]
     fn translate_rewrites_destination_and_checksum() {
         // 20-byte header of a later fragment (offset 185*8), from 198.51.100.2 to 203.0.113.17
-        let mut p = vec![
-            0x45, 0, 0, 48, 0x12, 0x34, 0x00, 0xb9, 64, 17, 0, 0, 198, 51, 100, 2, 203, 0, 113, 17,
-        ];
+        let mut p =
+            vec![0x45, 0, 0, 48, 0x12, 0x34, 0x00, 0xb9, 64, 17, 0, 0, 198, 51, 100, 2, 203, 0, 113, 17];
         p.extend_from_slice(&[0xab; 28]);
         translate(&mut p, u32::from_ne_bytes([100, 64, 0, 2]));
         assert_eq!(&p[16..20], &[100, 64, 0, 2]);

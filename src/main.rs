@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Benchmarks: packet generator, per-packet cost, end to end (see docs/PERFORMANCE.md).
-    Bench(natrix::bench::cli::BenchArgs),
+    Bench(Box<natrix::bench::cli::BenchArgs>),
     /// Run the daemon: validate the config, load or take over the data plane, attach, sweep.
     Run {
         #[arg(short, long)]
@@ -101,7 +101,7 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        Cmd::Bench(args) => natrix::bench::cli::run(args),
+        Cmd::Bench(args) => natrix::bench::cli::run(*args),
         Cmd::Stats { json, pin } => (|| {
             let s = show::stats(&Tables::open_pinned(&pin)?)?;
             if json {

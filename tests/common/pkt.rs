@@ -590,6 +590,33 @@ impl Env {
         addr * self.blocks_per_addr() + (port as u32 - self.cfg.pool.port_lo as u32) / self.block_size()
     }
 
+    /// Every mapping, session and subscriber entry, as sorted text: to show that something
+    /// (an ICMP error, a dropped packet) changed no state at all, timers included.
+    pub fn snapshot(&self) -> Vec<String> {
+        let mut v: Vec<String> =
+            self.mappings().iter().map(|(k, m)| format!("mapping {k:?} => {m:?}")).collect();
+        v.extend(self.sessions().iter().map(|(k, s)| format!("session {k:?} => {s:?}")));
+        v.extend(self.subscribers().iter().map(|(k, s)| format!("subscriber {k:#010x} => {s:?}")));
+        v.sort();
+        v
+    }
+
+    /// Asserts that no mapping, session or subscriber entry was created, deleted or changed
+    /// (expiry timers and TCP state included) since `before` ([`Env::snapshot`]).
+    pub fn assert_unchanged(&self, before: &[String], what: &str) {
+        let after = self.snapshot();
+        if after == before {
+            return;
+        }
+        let gone: Vec<&String> = before.iter().filter(|e| !after.contains(e)).collect();
+        let new: Vec<&String> = after.iter().filter(|e| !before.contains(e)).collect();
+        panic!(
+            "{what}: expected no state to change; before only:\n  {}\nafter only:\n  {}",
+            gone.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  "),
+            new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
+        );
+    }
+
     pub fn assert_no_state(&self, what: &str) {
         let (m, s, u) = (self.mappings().len(), self.sessions().len(), self.subscribers().len());
         assert!(
@@ -1054,6 +1081,56 @@ pub fn icmp_error_about(orig: &[u8], src: Ipv4Addr, typ: u8, code: u8, mtu: u16,
     p.df = false;
     p.dscp = 0xc0 >> 2;
     p.build()
+}
+
+/// The quote of an ICMP error frame: the embedded IP packet as far as the ICMP message
+/// (the outer IP total length) carries it.
+pub fn icmp_quote(f: &[u8]) -> Vec<u8> {
+    f[l4_off(f) + 8..ETH_LEN + ip_tot_len(f)].to_vec()
+}
+
+/// The quote of an ICMP error frame as a frame of its own (a blank Ethernet header in
+/// front), so that the frame readers and the checksum checks apply to the embedded packet.
+pub fn quote_frame(f: &[u8]) -> Vec<u8> {
+    let mut q = vec![0u8; ETH_LEN];
+    q[12] = 0x08;
+    q.extend_from_slice(&icmp_quote(f));
+    q
+}
+
+/// Asserts, with the independent routine, that the embedded IPv4 header checksum of an ICMP
+/// error frame verifies, and the embedded transport checksum too when the quote holds the
+/// whole embedded packet (a partial quote cannot be checked).
+pub fn assert_quote_csums(f: &[u8], what: &str) {
+    let q = quote_frame(f);
+    assert!(
+        ip_csum_ok(&q),
+        "{what}: expected a valid embedded IPv4 header checksum, got {:#06x}",
+        be16(&q, ETH_LEN + 10)
+    );
+    if q.len() >= ETH_LEN + ip_tot_len(&q) {
+        assert!(
+            l4_csum_ok(&q),
+            "{what}: expected a valid embedded L4 checksum (proto {}), got {:#06x}",
+            ip_proto(&q),
+            l4_csum(&q)
+        );
+    }
+}
+
+/// Pins the calling thread to the CPU it is running on, so that per-CPU state (the ICMP
+/// token bucket, counters) is one CPU's for the rest of the test body. Returns the CPU.
+pub fn pin_to_current_cpu() -> usize {
+    // SAFETY: plain syscalls on the calling thread with a zeroed, then filled cpu_set_t.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(cpu >= 0, "expected sched_getcpu to work: {}", std::io::Error::last_os_error());
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(rc, 0, "expected sched_setaffinity to work: {}", std::io::Error::last_os_error());
+        cpu as usize
+    }
 }
 
 // ---- an independent one's-complement checksum -------------------------------------------------
