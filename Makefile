@@ -21,7 +21,7 @@ test: build ## every test: unit, BPF_PROG_TEST_RUN packets, namespaces (needs ro
 demo: build ## namespaces, gateway, traffic from two subscribers, sessions shown
 	scripts/demo.sh
 
-bench: build ## benchmarks (docs/PERFORMANCE.md)
+bench: build ## benchmarks: bench-results/, docs/PERFORMANCE.md (BENCH_QUICK=1: ~2 min)
 	scripts/bench.sh
 
 lint: ## formatting and clippy

@@ -90,7 +90,7 @@ static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_
 	struct iphdr *ip = data + sizeof(struct ethhdr);
 	struct iphdr *eip;
 	__u32 hlen, ehl, icmp_len;
-	void *el4;
+	void *el4, *ip_end;
 
 	if ((void *)(ip + 1) > end)
 		return NX_DROP_MALFORMED_IP;
@@ -114,7 +114,10 @@ static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_
 		return NX_DROP_ICMP_MALFORMED;
 	ehl = eip->ihl * 4;
 	el4 = (void *)eip + ehl;
-	if (el4 + 8 > end)
+	/* bounded by the frame (for the verifier) and by the IP packet: link-layer padding
+	 * after it is not part of the quote */
+	ip_end = (void *)ip + bpf_ntohs(ip->tot_len);
+	if (el4 + 8 > end || el4 + 8 > ip_end)
 		return NX_DROP_ICMP_MALFORMED;
 	if (!nx_ip_hdr_csum_ok(eip, end))
 		return NX_DROP_ICMP_BAD_CHECKSUM;
@@ -132,7 +135,7 @@ static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_
 		e->eport_src = el4;
 		e->eport_dst = el4 + 2;
 		/* the TCP checksum is past the 8 bytes an error must quote: often there */
-		if (el4 + 18 <= end)
+		if (el4 + 18 <= end && el4 + 18 <= ip_end)
 			e->el4_csum = el4 + 16;
 		break;
 	case IPPROTO_ICMP: {

@@ -103,6 +103,14 @@ static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struc
 
 /* ---- one direction each ---- */
 
+/* Whether an inbound packet may open a session: for TCP only a clean SYN (RFC 5382: an
+ * unsolicited RST, SYN+RST or bare segment opens nothing). */
+static __always_inline int nx_tcp_opens(struct nx_pkt *p)
+{
+	return p->proto != IPPROTO_TCP ||
+	       (p->tcp_flags & (NX_TCPF_SYN | NX_TCPF_RST)) == NX_TCPF_SYN;
+}
+
 /* Address-dependent filtering (RFC 4787 REQ-8): remember that this inside endpoint sent to
  * this remote address, whatever the port, for as long as its longest session to it lives.
  * The record is a session entry with remote port 0 and NX_SF_PERMIT: no port 0 session can
@@ -232,9 +240,7 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 			return NX_DROP_FILTERED;
 		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now);
 		if (!s)
-			return p->proto == IPPROTO_TCP && !(p->tcp_flags & NX_TCPF_SYN)
-				   ? NX_DROP_FILTERED
-				   : NX_DROP_TABLE_FULL;
+			return nx_tcp_opens(p) ? NX_DROP_TABLE_FULL : NX_DROP_FILTERED;
 	}
 	*in_ip = mk.in_ip;
 	*in_port = mk.in_port;

@@ -108,6 +108,9 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 	struct nx_sess *s;
 
 	if (k->proto == IPPROTO_TCP) {
+		/* inbound, only a clean SYN opens anything (not a RST, not SYN+RST) */
+		if (dir == NX_DIR_IN && (tcp_flags & (NX_TCPF_SYN | NX_TCPF_RST)) != NX_TCPF_SYN)
+			return 0;
 		fresh.state = nx_tcp_next(NX_TCP_NONE, tcp_flags, dir);
 		if (fresh.state == NX_TCP_NONE) {
 			/* Outbound, with its mapping there: a connection whose session was reaped a

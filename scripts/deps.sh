@@ -20,8 +20,11 @@ check ethtool ethtool
 check ping iputils-ping
 check curl curl
 check nft nftables
+check conntrack conntrack # make bench: flushes nftables' state between runs
+check /usr/lib/python3/dist-packages/matplotlib python3-matplotlib # make bench: plots
 check python3 python3
 check unshare util-linux
+check turnserver coturn
 
 if ((${#need_pkgs[@]})); then
 	echo "deps: installing ${need_pkgs[*]}"

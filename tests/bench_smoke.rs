@@ -33,7 +33,8 @@ fn bench_smoke_runs_and_reports() {
     assert!(st.success(), "scripts/bench.sh (BENCH_SMOKE=1) failed: see {}/bench.log", out.display());
 
     let res: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("results.json")).expect("JSON");
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("results.json"))
+            .expect("JSON");
     let e2e = res["e2e"].as_array().expect("e2e records");
     for gw in ["direct", "natrix", "xdpfwd", "kernel"] {
         let r = e2e
@@ -46,7 +47,9 @@ fn bench_smoke_runs_and_reports() {
     }
     for case in ["flows", "scale", "newflow"] {
         assert!(
-            e2e.iter().any(|r| r["gateway"] == "natrix" && r["case"] == case && r["pps"].as_f64().unwrap_or(0.0) > 0.0),
+            e2e.iter().any(|r| r["gateway"] == "natrix"
+                && r["case"] == case
+                && r["pps"].as_f64().unwrap_or(0.0) > 0.0),
             "natrix {case}: no traffic"
         );
     }
@@ -66,7 +69,9 @@ fn bench_smoke_runs_and_reports() {
     assert!(c["memory"]["per_map"]["nx_sess"].as_u64().unwrap() > 0);
     assert!(res["alloc"]["points"].as_array().is_some_and(|p| !p.is_empty()), "allocation curve");
     assert!(!res["targets"].as_array().unwrap().is_empty(), "targets evaluated");
-    for png in ["throughput_vs_size", "throughput_vs_connections", "setup_rate", "cost_vs_sessions", "alloc_curve"] {
+    for png in
+        ["throughput_vs_size", "throughput_vs_connections", "setup_rate", "cost_vs_sessions", "alloc_curve"]
+    {
         let p = out.join(format!("{png}.png"));
         let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
         assert!(len > 1000, "{} missing or empty", p.display());

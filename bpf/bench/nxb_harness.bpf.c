@@ -31,7 +31,4 @@ int nxb_harness(struct xdp_md *ctx)
 
 /* The calibration target: what the harness costs without any program behind it. */
 SEC("xdp")
-int nxb_nop(struct xdp_md *ctx)
-{
-	return XDP_DROP;
-}
+int nxb_nop(struct xdp_md *ctx) { return XDP_DROP; }

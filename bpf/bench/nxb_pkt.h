@@ -133,8 +133,8 @@ static __always_inline int nxb_write(struct xdp_md *ctx, __u64 seq)
 	ip->check = nxb_fold(sum);
 
 	/* pseudo-header (TCP and UDP) */
-	sum = (saddr >> 16) + (saddr & 0xffff) + (daddr >> 16) + (daddr & 0xffff) + c->proto +
-	      l4_len;
+	sum =
+	    (saddr >> 16) + (saddr & 0xffff) + (daddr >> 16) + (daddr & 0xffff) + c->proto + l4_len;
 	switch (c->proto) {
 	case IPPROTO_TCP: {
 		struct tcphdr *th = l4;

@@ -9,15 +9,15 @@
 
 /* How the flow number of a packet is chosen from its sequence number. */
 enum nxb_mode {
-	NXB_MODE_CYCLE = 0, /* flow_base + seq, modulo nflows: every flow in turn */
-	NXB_MODE_NEW = 1, /* flow_base + seq: every packet a flow never seen before */
+	NXB_MODE_CYCLE = 0,  /* flow_base + seq, modulo nflows: every flow in turn */
+	NXB_MODE_NEW = 1,    /* flow_base + seq: every packet a flow never seen before */
 	NXB_MODE_RANDOM = 2, /* hash(seq) modulo nflows: uniform over the flows, no locality */
 };
 
 /* Which side the packet comes from. */
 enum nxb_dir {
 	NXB_DIR_OUT = 0, /* subscriber -> remote: source varies with the flow */
-	NXB_DIR_IN = 1, /* remote -> the flow's outside endpoint, taken from nxb_flows */
+	NXB_DIR_IN = 1,	 /* remote -> the flow's outside endpoint, taken from nxb_flows */
 };
 
 /* What the generator and the harness write into every frame. All addresses and ports in
@@ -30,7 +30,7 @@ struct nxb_cfg {
 	__u8 dmac[6];
 	__u8 smac[6];
 	__u16 frame_len; /* bytes written from the Ethernet header on, = the frame's length */
-	__u8 proto; /* IPPROTO_UDP, IPPROTO_TCP or IPPROTO_ICMP */
+	__u8 proto;	 /* IPPROTO_UDP, IPPROTO_TCP or IPPROTO_ICMP */
 	__u8 tcp_flags;
 	__u32 src_ip;
 	__u32 dst_ip;
@@ -39,7 +39,7 @@ struct nxb_cfg {
 	__u16 sport_base;
 	__u16 dport;
 	__u8 mode; /* enum nxb_mode */
-	__u8 dir; /* enum nxb_dir */
+	__u8 dir;  /* enum nxb_dir */
 	__u8 ttl;
 	__u8 pad;
 	__u64 nflows; /* CYCLE and RANDOM; DIR_IN: entries of nxb_flows in use */

@@ -148,32 +148,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Everything one scale level needs to time programs.
-struct Bench<'a> {
-    h: &'a mut Harness,
-    reps: u32,
-    repeat: u32,
-}
-
-impl Bench<'_> {
-    /// Median ns per run of the harness with `prog` behind it (None: nxb_nop).
-    fn time(&mut self, prog: Option<i32>, spec: &FlowSpec, ifindex: u32, want: u32) -> Result<f64> {
-        match prog {
-            Some(fd) => self.h.target(fd)?,
-            None => self.h.target_nop()?,
-        }
-        let mut v = Vec::new();
-        for _ in 0..self.reps {
-            let t = self.h.run(spec, ifindex, self.repeat)?;
-            if prog.is_some() && t.retval != want {
-                bail!("program returned {} instead of {want} on {:?}", t.retval, spec.mode);
-            }
-            v.push(t.ns);
-        }
-        Ok(median(v))
-    }
-}
-
 const XDP_REDIRECT: u32 = 4;
 
 fn drops(st: &[u64]) -> BTreeMap<&'static str, u64> {
@@ -224,7 +198,8 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         t.write_config(&c)?;
         h.run(&FlowSpec { flow_base: first, ..base.clone() }, in_if, cnt as u32)?;
     }
-    let udp_fill = h.run(&FlowSpec { flow_base: plan.subs, ..base.clone() }, in_if, (plan.udp - plan.subs) as u32)?;
+    let udp_fill =
+        h.run(&FlowSpec { flow_base: plan.subs, ..base.clone() }, in_if, (plan.udp - plan.subs) as u32)?;
     let tcp_fill = h.run(&FlowSpec { proto: Proto::Tcp, ..base.clone() }, in_if, plan.tcp as u32)?;
     let fill_secs = t_fill.elapsed().as_secs_f64();
     let st = t.stats()?;
@@ -233,11 +208,8 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
     ensure!(d.is_empty() && created == plan.udp + plan.tcp, "fill: {created} sessions created, drops {d:?}");
     info!(sessions = created, secs = fill_secs, "cost: filled");
 
-    let mut b = Bench { h: &mut h, reps: a.reps, repeat: a.repeat };
     let hot = FlowSpec { mode: Mode::Cycle, flows: 1, ..base.clone() };
     let rnd = FlowSpec { mode: Mode::Random, flows: plan.udp, ..base.clone() };
-    let nop_hot = b.time(None, &hot, in_if, 0)?;
-    let nop_rnd = b.time(None, &rnd, in_if, 0)?;
 
     // the floor: the minimal forwarder, same packets, same FIB
     let mut fstore = std::mem::MaybeUninit::uninit();
@@ -246,17 +218,9 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         fskel.maps.nxb_tx.update(&i.to_ne_bytes(), &i.to_ne_bytes(), MapFlags::ANY)?;
     }
     let fwd_fd = fskel.progs.nxb_fwd.as_fd().as_raw_fd();
-    let fwd_hot = b.time(Some(fwd_fd), &hot, in_if, XDP_REDIRECT)? - nop_hot;
-    let fwd_rnd = b.time(Some(fwd_fd), &rnd, in_if, XDP_REDIRECT)? - nop_rnd;
 
-    // established, outbound
-    let out_hot = b.time(Some(inside_fd), &hot, in_if, XDP_REDIRECT)? - nop_hot;
-    let out_rnd = b.time(Some(inside_fd), &rnd, in_if, XDP_REDIRECT)? - nop_rnd;
-    let tcp_rnd = FlowSpec { proto: Proto::Tcp, tcp_flags: TcpFlags::Ack, mode: Mode::Random, flows: plan.tcp, ..base.clone() };
-    let tcp_out_rnd = b.time(Some(inside_fd), &tcp_rnd, in_if, XDP_REDIRECT)? - nop_rnd;
-
-    // established, inbound: to the outside endpoints natrix handed out (a sample of the
-    // UDP mappings, in hash-table order, which is random with respect to the flows)
+    // inbound: to the outside endpoints natrix handed out (a sample of the UDP mappings,
+    // in hash-table order, which is random with respect to the flows)
     let mut targets = Vec::new();
     for (k, v) in t.maps.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)? {
         let mk: crate::skel::types::nx_map_key = read_pod(&k);
@@ -268,20 +232,66 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
             }
         }
     }
-    b.h.set_inbound(&targets)?;
-    let in_hot_spec = FlowSpec { dir: Dir::In, ..hot.clone() };
-    let in_rnd_spec = FlowSpec { dir: Dir::In, flows: targets.len() as u64, ..rnd.clone() };
-    let nop_in_hot = b.time(None, &in_hot_spec, out_if, 0)?;
-    let nop_in_rnd = b.time(None, &in_rnd_spec, out_if, 0)?;
-    let in_hot = b.time(Some(outside_fd), &in_hot_spec, out_if, XDP_REDIRECT)? - nop_in_hot;
-    let in_rnd = b.time(Some(outside_fd), &in_rnd_spec, out_if, XDP_REDIRECT)? - nop_in_rnd;
-
-    // ICMP echo: create the queries' mappings, then time established ones
-    let icmp_new = FlowSpec { proto: Proto::Icmp, ..base.clone() };
-    b.h.target(inside_fd)?;
-    b.h.run(&icmp_new, in_if, plan.icmp as u32)?;
+    h.set_inbound(&targets)?;
+    let in_hot = FlowSpec { dir: Dir::In, ..hot.clone() };
+    let in_rnd = FlowSpec { dir: Dir::In, flows: targets.len() as u64, ..rnd.clone() };
+    // ICMP echo: the queries' mappings first
+    h.target(inside_fd)?;
+    h.run(&FlowSpec { proto: Proto::Icmp, ..base.clone() }, in_if, plan.icmp as u32)?;
     let icmp_rnd = FlowSpec { proto: Proto::Icmp, mode: Mode::Random, flows: plan.icmp, ..base.clone() };
-    let icmp_out_rnd = b.time(Some(inside_fd), &icmp_rnd, in_if, XDP_REDIRECT)? - nop_rnd;
+    let tcp_rnd = FlowSpec {
+        proto: Proto::Tcp,
+        tcp_flags: TcpFlags::Ack,
+        mode: Mode::Random,
+        flows: plan.tcp,
+        ..base.clone()
+    };
+
+    // Every case once per repetition, in turn: a slow phase of the machine (another
+    // tenant, a timer storm) then hits all of them alike instead of one. Each program
+    // case has its own harness-only case with the same packets, subtracted below.
+    type Case<'a> = (&'static str, Option<i32>, &'a FlowSpec, u32);
+    let cases: Vec<Case<'_>> = vec![
+        ("nop_hot", None, &hot, in_if),
+        ("nop_rnd", None, &rnd, in_if),
+        ("nop_tcp_rnd", None, &tcp_rnd, in_if),
+        ("nop_in_hot", None, &in_hot, out_if),
+        ("nop_in_rnd", None, &in_rnd, out_if),
+        ("nop_icmp_rnd", None, &icmp_rnd, in_if),
+        ("fwd_hot", Some(fwd_fd), &hot, in_if),
+        ("fwd_rnd", Some(fwd_fd), &rnd, in_if),
+        ("out_hot", Some(inside_fd), &hot, in_if),
+        ("out_rnd", Some(inside_fd), &rnd, in_if),
+        ("tcp_rnd", Some(inside_fd), &tcp_rnd, in_if),
+        ("in_hot", Some(outside_fd), &in_hot, out_if),
+        ("in_rnd", Some(outside_fd), &in_rnd, out_if),
+        ("icmp_rnd", Some(inside_fd), &icmp_rnd, in_if),
+    ];
+    let mut samples: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for _ in 0..a.reps {
+        for (name, prog, spec, ifindex) in &cases {
+            match prog {
+                Some(fd) => h.target(*fd)?,
+                None => h.target_nop()?,
+            }
+            let r = h.run(spec, *ifindex, a.repeat)?;
+            if prog.is_some() && r.retval != XDP_REDIRECT {
+                bail!("{name}: the program returned {} instead of XDP_REDIRECT", r.retval);
+            }
+            samples.entry(name).or_default().push(r.ns);
+        }
+    }
+    let med = |k: &str| median(samples.get(k).cloned().unwrap_or_default());
+    let (nop_hot, nop_rnd, nop_in_hot, nop_in_rnd) =
+        (med("nop_hot"), med("nop_rnd"), med("nop_in_hot"), med("nop_in_rnd"));
+    let fwd_hot = med("fwd_hot") - nop_hot;
+    let fwd_rnd = med("fwd_rnd") - nop_rnd;
+    let out_hot = med("out_hot") - nop_hot;
+    let out_rnd = med("out_rnd") - nop_rnd;
+    let tcp_out_rnd = med("tcp_rnd") - med("nop_tcp_rnd");
+    let in_hot = med("in_hot") - nop_in_hot;
+    let in_rnd = med("in_rnd") - nop_in_rnd;
+    let icmp_out_rnd = med("icmp_rnd") - med("nop_icmp_rnd");
 
     // new flows: mapping, port, session, on top of (nearly) N live sessions; each rep
     // creates new/reps flows, the median rep counts
@@ -295,12 +305,12 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
             break;
         }
         let spec = FlowSpec { flow_base: plan.udp + r * per, ..base.clone() };
-        b.h.target(inside_fd)?;
-        let t1 = b.h.run(&spec, in_if, cnt as u32)?;
+        h.target(inside_fd)?;
+        let t1 = h.run(&spec, in_if, cnt as u32)?;
         ensure!(t1.retval == XDP_REDIRECT, "new flow: verdict {}", t1.retval);
         v.push(t1.ns);
-        b.h.target_nop()?;
-        nops.push(b.h.run(&spec, in_if, cnt as u32)?.ns);
+        h.target_nop()?;
+        nops.push(h.run(&spec, in_if, cnt as u32)?.ns);
     }
     let new_flow = median(v) - median(nops);
 

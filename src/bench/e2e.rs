@@ -96,7 +96,12 @@ fn sink_wait(sink: &libbpf_rs::MapHandle, want: u64, timeout: Duration) -> Resul
 /// natrix's `addr_hint` at that address first. natrix's daemon moves the hint once per
 /// sweep; subscribers arriving all at once would otherwise crowd onto the 4 addresses
 /// after the hint (paired pooling keeps them there).
-fn provision_natrix(g: &mut Generator, base: &FlowSpec, pin: &std::path::Path, sink: &libbpf_rs::MapHandle) -> Result<()> {
+fn provision_natrix(
+    g: &mut Generator,
+    base: &FlowSpec,
+    pin: &std::path::Path,
+    sink: &libbpf_rs::MapHandle,
+) -> Result<()> {
     let t = Tables::open_pinned(pin)?;
     let created = t.stats()?[stat_index("subscribers_created").expect("counter")];
     if created >= base.subs as u64 {
@@ -192,7 +197,10 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
             .map(|p| sys::prog_of_link_pin(p).map(|fd| (p.clone(), fd)))
             .collect::<Result<_>>()?;
         let stats = sys::BpfStats::enable()?;
-        let before: Vec<_> = progs.iter().map(|(_, fd)| sys::prog_run_stats(std::os::fd::AsRawFd::as_raw_fd(fd))).collect::<Result<_>>()?;
+        let before: Vec<_> = progs
+            .iter()
+            .map(|(_, fd)| sys::prog_run_stats(std::os::fd::AsRawFd::as_raw_fd(fd)))
+            .collect::<Result<_>>()?;
         let mut s = spec.clone();
         if s.mode == Mode::New {
             s.flow_base += r.sent + 1;

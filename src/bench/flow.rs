@@ -186,5 +186,7 @@ pub fn copy_cfg<T: Copy>(cfg: &nxb_cfg, dst: &mut T) {
     assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<nxb_cfg>(), "nxb_cfg layouts differ");
     // SAFETY: both are the generated #[repr(C)] image of the same C struct (sizes checked),
     // plain old data.
-    unsafe { std::ptr::copy_nonoverlapping((cfg as *const nxb_cfg).cast::<u8>(), (dst as *mut T).cast::<u8>(), 56) };
+    unsafe {
+        std::ptr::copy_nonoverlapping((cfg as *const nxb_cfg).cast::<u8>(), (dst as *mut T).cast::<u8>(), 56)
+    };
 }

@@ -38,7 +38,8 @@ impl Generator {
     /// Loads the generator for interface `dev` (in the current network namespace).
     pub fn new(dev: &str, spec: &FlowSpec) -> Result<Self> {
         let ifindex = sys::ifindex(dev)?;
-        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
         let open = NxbGenSkelBuilder::default().open(storage).context("opening the generator")?;
         let skel = open.load().context("loading the generator (verifier)")?;
         let mut g = Generator { skel, ifindex, frame: Vec::new() };
@@ -70,7 +71,12 @@ impl Generator {
 
     /// Sends until `count` frames are out or `duration` has passed (whichever comes first;
     /// None = no limit of that kind), at most `rate` frames per second when given.
-    pub fn run(&mut self, count: Option<u64>, duration: Option<Duration>, rate: Option<f64>) -> Result<GenReport> {
+    pub fn run(
+        &mut self,
+        count: Option<u64>,
+        duration: Option<Duration>,
+        rate: Option<f64>,
+    ) -> Result<GenReport> {
         let start = Instant::now();
         let first = self.seq();
         let chunk = match rate {

@@ -31,7 +31,8 @@ pub struct Timed {
 impl Harness {
     /// `max_inbound`: how many inbound targets `set_inbound` may load (sizes nxb_flows).
     pub fn new(max_inbound: u32) -> Result<Self> {
-        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = NxbHarnessSkelBuilder::default().open(storage).context("opening the harness")?;
         open.maps.nxb_flows.set_max_entries(max_inbound.max(1)).context("sizing nxb_flows")?;
         let skel = open.load().context("loading the harness (verifier)")?;

@@ -77,7 +77,14 @@ pub struct Target {
 
 fn key(r: &Value) -> (String, String, String, u64, u64, String) {
     let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
-    (s("gateway"), s("case"), s("proto"), r["size"].as_u64().unwrap_or(0), r["flows"].as_u64().unwrap_or(0), s("mode"))
+    (
+        s("gateway"),
+        s("case"),
+        s("proto"),
+        r["size"].as_u64().unwrap_or(0),
+        r["flows"].as_u64().unwrap_or(0),
+        s("mode"),
+    )
 }
 
 fn reduce_e2e(recs: &[Value]) -> Vec<E2e> {
@@ -106,7 +113,9 @@ fn reduce_e2e(recs: &[Value]) -> Vec<E2e> {
                 .iter()
                 .filter_map(|r| {
                     r["profile"].as_object().and_then(|o| {
-                        o.iter().find(|(k, _)| k.starts_with("link_")).and_then(|(_, p)| p["ns_per_run"].as_f64())
+                        o.iter()
+                            .find(|(k, _)| k.starts_with("link_"))
+                            .and_then(|(_, p)| p["ns_per_run"].as_f64())
                     })
                 })
                 .collect();
@@ -169,18 +178,31 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
         t.push(Target {
             name: "natrix vs nftables snat, one flow, 64 B".into(),
             want: "≥ 3×".into(),
-            got: format!("{} per gateway CPU ({} of the whole path)", fmt_ratio(cap), fmt_ratio(n.pps / f.pps)),
+            got: format!(
+                "{} per gateway CPU ({} of the whole path)",
+                fmt_ratio(cap),
+                fmt_ratio(n.pps / f.pps)
+            ),
             met: cap >= 3.0,
             detail: format!("gateway time {:.0} ns vs {:.0} ns per packet", n.gateway_ns, f.gateway_ns),
         });
     }
     for proto in ["udp", "tcp"] {
-        if let (Some(n), Some(f)) = (find(e, "natrix", "newflow", proto, 64), find(e, "nft", "newflow", proto, 64)) {
+        if let (Some(n), Some(f)) =
+            (find(e, "natrix", "newflow", proto, 64), find(e, "nft", "newflow", proto, 64))
+        {
             let cap = f.gateway_ns / n.gateway_ns;
             t.push(Target {
-                name: format!("natrix vs nftables, new flows ({}), connection setups/s", proto.to_uppercase()),
+                name: format!(
+                    "natrix vs nftables, new flows ({}), connection setups/s",
+                    proto.to_uppercase()
+                ),
                 want: "≥ 4×".into(),
-                got: format!("{} per gateway CPU ({} of the whole path)", fmt_ratio(cap), fmt_ratio(n.pps / f.pps)),
+                got: format!(
+                    "{} per gateway CPU ({} of the whole path)",
+                    fmt_ratio(cap),
+                    fmt_ratio(n.pps / f.pps)
+                ),
                 met: cap >= 4.0,
                 detail: format!(
                     "{:.0} vs {:.0} setups/s per gateway CPU; {:.0} vs {:.0} ns per setup",
@@ -195,7 +217,13 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
     for mode in ["random", "hot"] {
         let worst = costs
             .iter()
-            .map(|(n, ns)| (*n, ns["est_out"][mode].as_f64().unwrap_or(f64::NAN) / ns["fwd"][mode].as_f64().unwrap_or(f64::NAN)))
+            .map(|(n, ns)| {
+                (
+                    *n,
+                    ns["est_out"][mode].as_f64().unwrap_or(f64::NAN)
+                        / ns["fwd"][mode].as_f64().unwrap_or(f64::NAN),
+                )
+            })
             .fold((0, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
         if worst.1.is_finite() {
             let detail = costs
@@ -223,11 +251,29 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
         if let (Some(first), true) = (vals.first(), vals.len() > 1) {
             let dev = vals.iter().map(|(_, v)| (v / first.1 - 1.0).abs()).fold(0.0, f64::max);
             t.push(Target {
-                name: format!("established cost flat from {} to {} sessions ({mode} flows)", human(first.0), human(vals.last().unwrap().0)),
+                name: format!(
+                    "established cost flat from {} to {} sessions ({mode} flows)",
+                    human(first.0),
+                    human(vals.last().unwrap().0)
+                ),
                 want: "±20%".into(),
-                got: format!("{:+.0}% at most", 100.0 * vals.iter().map(|(_, v)| v / first.1 - 1.0).fold(0.0, |a: f64, b| if b.abs() > a.abs() { b } else { a })),
+                got: format!(
+                    "{:+.0}% at most",
+                    100.0
+                        * vals.iter().map(|(_, v)| v / first.1 - 1.0).fold(0.0, |a: f64, b| {
+                            if b.abs() > a.abs() {
+                                b
+                            } else {
+                                a
+                            }
+                        })
+                ),
                 met: dev <= 0.2,
-                detail: vals.iter().map(|(n, v)| format!("{}: {v:.0} ns", human(*n))).collect::<Vec<_>>().join(", "),
+                detail: vals
+                    .iter()
+                    .map(|(n, v)| format!("{}: {v:.0} ns", human(*n)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
     }
@@ -240,7 +286,10 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
             want: "10M sessions, ≤ 128 B".into(),
             got: format!("{} sessions, {b:.0} B", human(n)),
             met: n >= 10_000_000 && b <= 128.0,
-            detail: format!("{:.0} MiB in all natrix maps", c["memory"]["bytes_total"].as_f64().unwrap_or(0.0) / 1048576.0),
+            detail: format!(
+                "{:.0} MiB in all natrix maps",
+                c["memory"]["bytes_total"].as_f64().unwrap_or(0.0) / 1048576.0
+            ),
         });
     }
     t
@@ -272,7 +321,14 @@ fn ns(x: f64) -> String {
 }
 
 /// The generated markdown: tables of medians, the targets, pointers to the plots.
-fn markdown(machine: &Value, e: &[E2e], cost: &[Value], alloc: Option<&Value>, t: &[Target], rounds: usize) -> String {
+fn markdown(
+    machine: &Value,
+    e: &[E2e],
+    cost: &[Value],
+    alloc: Option<&Value>,
+    t: &[Target],
+    rounds: usize,
+) -> String {
     let mut m = String::new();
     let gws = ["natrix", "nft", "kernel", "xdpfwd", "direct"];
     let name = |g: &str| match g {
@@ -289,9 +345,18 @@ fn markdown(machine: &Value, e: &[E2e], cost: &[Value], alloc: Option<&Value>, t
         machine["cpus"], machine["cpu"].as_str().unwrap_or("?"), machine["cpu_mhz"].as_str().unwrap_or("?"),
         machine["mem_gib"], machine["kernel"].as_str().unwrap_or("?"), machine["clocksource"].as_str().unwrap_or("?"), rounds
     );
-    let _ = writeln!(m, "### Targets\n\n| target | wanted | measured | met | detail |\n|---|---|---|---|---|");
+    let _ =
+        writeln!(m, "### Targets\n\n| target | wanted | measured | met | detail |\n|---|---|---|---|---|");
     for x in t {
-        let _ = writeln!(m, "| {} | {} | {} | {} | {} |", x.name, x.want, x.got, if x.met { "yes" } else { "**no**" }, x.detail);
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {} | {} |",
+            x.name,
+            x.want,
+            x.got,
+            if x.met { "yes" } else { "**no**" },
+            x.detail
+        );
     }
 
     let _ = writeln!(m, "\n### End to end: throughput vs packet size (1 flow, UDP)\n");
@@ -345,7 +410,18 @@ fn markdown(machine: &Value, e: &[E2e], cost: &[Value], alloc: Option<&Value>, t
         let _ = writeln!(
             m,
             "| {} | {} | {} | {} | {} | {} / {} / {} / {} | {} / {} / {} |",
-            name(g), p(one), p(many), s(nu), s(nt), gn(one), gn(many), gn(nu), gn(nt), pn(one), pn(many), pn(nu)
+            name(g),
+            p(one),
+            p(many),
+            s(nu),
+            s(nt),
+            gn(one),
+            gn(many),
+            gn(nu),
+            gn(nt),
+            pn(one),
+            pn(many),
+            pn(nu)
         );
     }
     if let Some(x) = e.iter().find(|x| x.case == "flows") {
@@ -356,7 +432,10 @@ fn markdown(machine: &Value, e: &[E2e], cost: &[Value], alloc: Option<&Value>, t
         );
     }
 
-    let _ = writeln!(m, "\n### End to end: throughput vs concurrent connections (64 B, UDP, random flow per packet)\n");
+    let _ = writeln!(
+        m,
+        "\n### End to end: throughput vs concurrent connections (64 B, UDP, random flow per packet)\n"
+    );
     let scales: Vec<u64> = {
         let mut s: Vec<u64> = e.iter().filter(|x| x.case == "scale").map(|x| x.flows).collect();
         s.sort();
@@ -397,15 +476,28 @@ fn markdown(machine: &Value, e: &[E2e], cost: &[Value], alloc: Option<&Value>, t
                 m,
                 "| {} | {} / {} | {} / {} | {} | {} / {} | {} | {} | {} / {} |",
                 human(c["sessions"].as_u64().unwrap_or(0)),
-                g("fwd", "hot"), g("fwd", "random"), g("est_out", "hot"), g("est_out", "random"), g("est_out_tcp", "random"),
-                g("est_in", "hot"), g("est_in", "random"), g("icmp", "random"), g("new_flow", "at_n"),
-                ns(c["fill_ns_per_flow"]["udp"].as_f64().unwrap_or(f64::NAN)), ns(c["fill_ns_per_flow"]["tcp"].as_f64().unwrap_or(f64::NAN))
+                g("fwd", "hot"),
+                g("fwd", "random"),
+                g("est_out", "hot"),
+                g("est_out", "random"),
+                g("est_out_tcp", "random"),
+                g("est_in", "hot"),
+                g("est_in", "random"),
+                g("icmp", "random"),
+                g("new_flow", "at_n"),
+                ns(c["fill_ns_per_flow"]["udp"].as_f64().unwrap_or(f64::NAN)),
+                ns(c["fill_ns_per_flow"]["tcp"].as_f64().unwrap_or(f64::NAN))
             );
         }
         let _ = writeln!(m, "\n### Memory per session (kernel accounting of every natrix map)\n");
         let mut maps: Vec<String> = cost
             .iter()
-            .flat_map(|c| c["memory"]["per_map"].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default())
+            .flat_map(|c| {
+                c["memory"]["per_map"]
+                    .as_object()
+                    .map(|o| o.keys().cloned().collect::<Vec<_>>())
+                    .unwrap_or_default()
+            })
             .collect();
         maps.sort();
         maps.dedup();
@@ -440,9 +532,29 @@ fn markdown(machine: &Value, e: &[E2e], cost: &[Value], alloc: Option<&Value>, t
                 per_block.entry(k / bs).or_default().push(v);
             }
         }
-        let _ = writeln!(m, "\n### New-flow cost vs mappings one subscriber holds ({bs}-port blocks, BPF_PROG_TEST_RUN)\n");
-        let _ = writeln!(m, "| mappings held | {} |\n|---|{}", per_block.keys().map(|b| format!("{}–{}", b * bs, (b + 1) * bs - 1)).collect::<Vec<_>>().join(" | "), "---|".repeat(per_block.len()));
-        let _ = writeln!(m, "| µs per new flow | {} |", per_block.values().map(|v| format!("{:.1}", median(v.clone()) / 1000.0)).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(
+            m,
+            "\n### New-flow cost vs mappings one subscriber holds ({bs}-port blocks, BPF_PROG_TEST_RUN)\n"
+        );
+        let _ = writeln!(
+            m,
+            "| mappings held | {} |\n|---|{}",
+            per_block
+                .keys()
+                .map(|b| format!("{}–{}", b * bs, (b + 1) * bs - 1))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            "---|".repeat(per_block.len())
+        );
+        let _ = writeln!(
+            m,
+            "| µs per new flow | {} |",
+            per_block
+                .values()
+                .map(|v| format!("{:.1}", median(v.clone()) / 1000.0))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
     }
     let _ = writeln!(
         m,
@@ -477,9 +589,17 @@ pub fn run(a: &ReportArgs) -> Result<()> {
         "alloc": alloc,
         "targets": t,
     });
-    std::fs::write(&a.out, serde_json::to_string_pretty(&out)?).with_context(|| format!("writing {}", a.out.display()))?;
+    std::fs::write(&a.out, serde_json::to_string_pretty(&out)?)
+        .with_context(|| format!("writing {}", a.out.display()))?;
     for x in &t {
-        println!("{} {}: want {}, got {} ({})", if x.met { "MET   " } else { "MISSED" }, x.name, x.want, x.got, x.detail);
+        println!(
+            "{} {}: want {}, got {} ({})",
+            if x.met { "MET   " } else { "MISSED" },
+            x.name,
+            x.want,
+            x.got,
+            x.detail
+        );
     }
     if let Some(doc) = &a.docs {
         let md = markdown(&machine, &e, &cost, alloc.as_ref(), &t, rounds);

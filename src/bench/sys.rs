@@ -216,7 +216,9 @@ pub fn machine() -> serde_json::Value {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_default();
     let mhz = cpuinfo
         .lines()
@@ -247,10 +249,4 @@ pub fn machine() -> serde_json::Value {
         "kernel": cstr(&uts.release),
         "clocksource": clocksource,
     })
-}
-
-/// True when `path` exists and `f` says the text in it is what we want (small helper for
-/// sysfs-style files).
-pub fn file_is(path: &Path, want: &str) -> bool {
-    fs::read_to_string(path).map(|s| s.trim() == want).unwrap_or(false)
 }

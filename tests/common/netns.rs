@@ -902,6 +902,68 @@ impl Topo {
     }
 }
 
+impl Topo {
+    /// Gives the server namespace another address on its link (e.g. "198.51.100.3/24").
+    pub fn add_server_addr(&self, cidr: &str) {
+        sh(&["ip", "-n", &self.srv, "addr", "add", cidr, "dev", "eth0"]);
+    }
+
+    /// Sets the MTU of a gateway interface.
+    pub fn set_gw_mtu(&self, dev: &str, mtu: u32) {
+        sh(&["ip", "-n", &self.gw, "link", "set", dev, "mtu", &mtu.to_string()]);
+    }
+}
+
+/// A long-running program in a namespace (a server the test talks to), its stdout and
+/// stderr in a file. Killed by its id (and reaped) on drop; it also dies with the thread
+/// that started it should the test process be killed.
+pub struct BgProcess {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl BgProcess {
+    pub fn start(ns: &str, args: &[&str], log: PathBuf) -> Self {
+        use std::os::unix::process::CommandExt;
+        let out = File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+        let err = out.try_clone().unwrap();
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        // SAFETY: prctl is async-signal-safe; `ip netns exec` keeps it across its exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = c.spawn().unwrap_or_else(|e| panic!("cannot start {args:?} in {ns}: {e}"));
+        BgProcess { child: Some(child), log }
+    }
+
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics (with its output) if the program has exited.
+    pub fn assert_running(&mut self, what: &str) {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                self.child = None;
+                panic!("{what} exited ({st}):\n{}", self.output());
+            }
+        }
+    }
+}
+
+impl Drop for BgProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 impl Default for Topo {
     fn default() -> Self {
         Self::new()
