@@ -219,19 +219,19 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
     }
     let fwd_fd = fskel.progs.nxb_fwd.as_fd().as_raw_fd();
 
-    // inbound: to the outside endpoints natrix handed out (a sample of the UDP mappings,
-    // in hash-table order, which is random with respect to the flows)
-    let mut targets = Vec::new();
+    // inbound: to the outside endpoints natrix handed out, an evenly strided sample of all
+    // UDP mappings (the first N of a dump would all sit in the first buckets: locality
+    // real traffic does not have)
+    let mut all = Vec::new();
     for (k, v) in t.maps.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)? {
         let mk: crate::skel::types::nx_map_key = read_pod(&k);
         if mk.proto == 17 {
             let m: crate::skel::types::nx_map = read_pod(&v);
-            targets.push((m.out_ip, m.out_port));
-            if targets.len() as u64 >= MAX_INBOUND.min(plan.udp) {
-                break;
-            }
+            all.push((m.out_ip, m.out_port));
         }
     }
+    let stride = (all.len() as u64).div_ceil(MAX_INBOUND).max(1) as usize;
+    let targets: Vec<(u32, u16)> = all.into_iter().step_by(stride).collect();
     h.set_inbound(&targets)?;
     let in_hot = FlowSpec { dir: Dir::In, ..hot.clone() };
     let in_rnd = FlowSpec { dir: Dir::In, flows: targets.len() as u64, ..rnd.clone() };
@@ -341,6 +341,9 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
     let t_sweep = Instant::now();
     sweeper.sweep(t, &reaper)?;
     let sweep_secs = t_sweep.elapsed().as_secs_f64();
+    // what the daemon's batched reads see of the tables (the sweep works from these)
+    let seen_sessions = t.sessions()?.len() as u64;
+    let seen_mappings = t.mappings()?.len() as u64;
 
     let rec = json!({
         "kind": "cost",
@@ -369,6 +372,7 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
             "mem_used_delta_kib": mem_delta_kib,
         },
         "sweep_secs": sweep_secs,
+        "seen_by_daemon": {"sessions": seen_sessions, "mappings": seen_mappings},
     });
     drop(fskel);
     drop(dp);
