@@ -23,7 +23,6 @@ check nft nftables
 check conntrack conntrack # make bench: flushes nftables' state between runs
 check /usr/lib/python3/dist-packages/matplotlib python3-matplotlib # make bench: plots
 check python3 python3
-check bc bc
 check unshare util-linux
 check turnserver coturn
 
