@@ -376,7 +376,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		}
 	}
 	/* To a pool address: hairpinning, translated both ways without leaving the box. */
-	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
+	if ((dst & cfg->pool_mask) == cfg->pool_net)
+		pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
 	if (!pool_idx) {
 		fib_rc = nx_fib(ctx, p.ip, fib);
 		if (fib_rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {

@@ -66,8 +66,12 @@ struct nx_config {
 	__u32 max_new_per_sec; /* per-subscriber new-mapping rate, 0 = unlimited */
 	__u32 icmp_per_sec;    /* ICMP errors natrix itself sends, per CPU; 0 = none */
 	__u32 frag_timeout;    /* ticks a fragment record lives */
+	/* The smallest prefix covering the whole pool (network order): a destination outside
+	 * it cannot be a pool address and skips the nx_pool_idx lookup (hairpin check). */
+	__u32 pool_net;
+	__u32 pool_mask;
 };
-nx_static_assert(sizeof(struct nx_config) == 56, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 64, "nx_config layout");
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port

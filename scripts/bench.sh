@@ -255,6 +255,9 @@ round_of() {
 [[ $(id -u) -eq 0 ]] || { echo "bench: needs root (namespaces, XDP)" >&2; exit 1; }
 [[ -x $NATRIX ]] || { echo "bench: $NATRIX missing: make build" >&2; exit 1; }
 say "machine: $(nproc) CPUs, $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
+if ip netns list | grep -q '^nxb[0-9]*-gw'; then
+	echo "bench: warning: another benchmark is running (namespaces nxb*-gw): numbers will be disturbed" | tee -a "$LOG" >&2
+fi
 topology_up
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mkdir -p "$PIN"

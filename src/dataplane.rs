@@ -155,6 +155,13 @@ pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
         let t = (d.as_nanos() >> TICK_SHIFT) as u64;
         t.clamp(1, u32::MAX as u64 / 2) as u32
     };
+    // the smallest prefix holding every pool address (host order: network, mask)
+    let covering = {
+        let v: Vec<u32> = c.pool.addresses.iter().map(|a| u32::from(*a)).collect();
+        let (lo, hi) = (v.iter().copied().min().unwrap_or(0), v.iter().copied().max().unwrap_or(0));
+        let mask = if lo == hi { u32::MAX } else { !(u32::MAX >> (lo ^ hi).leading_zeros()) };
+        (lo & mask, mask)
+    };
     let mut flags = 0u32;
     if c.nat.port_parity {
         flags |= 1;
@@ -190,6 +197,8 @@ pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
         max_new_per_sec: c.nat.max_new_mappings_per_sec,
         icmp_per_sec: c.nat.icmp_errors_per_sec,
         frag_timeout: ticks(c.fragments.timeout),
+        pool_net: ip_be(Ipv4Addr::from(covering.0)),
+        pool_mask: ip_be(Ipv4Addr::from(covering.1)),
     }
 }
 

@@ -130,8 +130,8 @@ fn provision_natrix(
     Ok(())
 }
 
-/// Sends every flow once per pass until a pass loses nothing; each pass after a lossy one
-/// is paced at 80% of the rate that got through.
+/// Sends every flow once per pass until a pass loses (next to) nothing; each pass after a
+/// lossy one is paced at 80% of the rate that got through.
 fn establish(g: &mut Generator, spec: &FlowSpec, sink: &libbpf_rs::MapHandle) -> Result<Fill> {
     let t = Instant::now();
     let mut fill = Fill::default();
@@ -146,7 +146,9 @@ fn establish(g: &mut Generator, spec: &FlowSpec, sink: &libbpf_rs::MapHandle) ->
         let r = g.run(Some(spec.flows), None, rate)?;
         let got = sink_wait(sink, before + spec.flows, Duration::from_millis(300))? - before;
         fill.passes += 1;
-        if got >= spec.flows {
+        // a handful of flows may be refused for reasons of the gateway's own (a NAT
+        // clash, say): another full pass of millions is not worth them
+        if got >= spec.flows - spec.flows / 10_000 {
             fill.complete = true;
             break;
         }
