@@ -16,6 +16,7 @@
 #include "nx_fwd.h"
 #include "nx_maps.h"
 #include "nx_parse.h"
+#include "nx_session.h"
 #include "nx_stats.h"
 
 #define NX_ICMP_QUOTE_MAX 548 /* 576 - IP - ICMP headers (RFC 1812 4.3.2.3) */
@@ -209,9 +210,7 @@ __noinline int nx_icmp_error_in(struct xdp_md *ctx)
 {
 	struct nx_icmp_err e = {};
 	struct nx_map_key mk = {};
-	struct nx_map *m;
-	__u32 *addr_idx, eaddr, idx, in_ip, old;
-	__u64 *pw, w;
+	__u32 *addr_idx, eaddr, in_ip, old;
 	__u16 eport;
 	int rc;
 
@@ -223,18 +222,7 @@ __noinline int nx_icmp_error_in(struct xdp_md *ctx)
 	addr_idx = bpf_map_lookup_elem(&nx_pool_idx, &eaddr);
 	if (!addr_idx)
 		return NX_DROP_NO_MAPPING;
-	idx = nx_port_index(*addr_idx, nx_proto_idx(e.eproto), bpf_ntohs(eport));
-	pw = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (!pw)
-		return NX_DROP_NO_MAPPING;
-	w = *pw;
-	if (NX_PORT_STATE(w) != NX_PORT_USED && NX_PORT_STATE(w) != NX_PORT_STATIC)
-		return NX_DROP_NO_MAPPING;
-	mk.in_ip = NX_PORT_WORD_IP(w);
-	mk.in_port = bpf_htons(NX_PORT_WORD_PORT(w));
-	mk.proto = e.eproto;
-	m = bpf_map_lookup_elem(&nx_maps, &mk);
-	if (!m || m->out_ip != eaddr || m->out_port != eport)
+	if (!nx_outside_mapping(*addr_idx, e.eproto, eaddr, eport, &mk))
 		return NX_DROP_NO_MAPPING;
 	in_ip = mk.in_ip;
 	nx_icmp_rewrite_embedded(&e, 1, in_ip, mk.in_port);

@@ -202,27 +202,14 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 					      __u32 addr_idx, __u32 now, __u32 *in_ip,
 					      __u16 *in_port)
 {
-	__u32 pidx = nx_proto_idx(p->proto);
 	__be16 out_port = p->proto == IPPROTO_ICMP ? *p->sport : *p->dport;
-	__u32 idx = nx_port_index(addr_idx, pidx, bpf_ntohs(out_port));
-	struct nx_map_key mk = {};
+	struct nx_map_key mk;
 	struct nx_sess_key sk = {};
 	struct nx_map *m;
 	struct nx_sess *s;
-	__u64 *pw, w;
 
-	pw = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (!pw)
-		return NX_DROP_NO_MAPPING;
-	w = *pw;
-	if (NX_PORT_STATE(w) != NX_PORT_USED && NX_PORT_STATE(w) != NX_PORT_STATIC)
-		return NX_DROP_NO_MAPPING;
-	mk.in_ip = NX_PORT_WORD_IP(w);
-	mk.in_port = bpf_htons(NX_PORT_WORD_PORT(w));
-	mk.proto = p->proto;
-	m = bpf_map_lookup_elem(&nx_maps, &mk);
-	/* the port word and the mapping must agree; a stale word never translates */
-	if (!m || m->out_port != out_port || m->out_ip != p->ip->daddr)
+	m = nx_outside_mapping(addr_idx, p->proto, p->ip->daddr, out_port, &mk);
+	if (!m)
 		return NX_DROP_NO_MAPPING;
 	sk.in_ip = mk.in_ip;
 	sk.rem_ip = p->ip->saddr;
@@ -348,10 +335,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	__u32 now, dst;
 
 	nx_count(NX_STAT_RX_INSIDE);
-	rc = nx_parse_eth(ctx, &p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	rc = nx_parse_ip(&p);
+	rc = nx_parse_l3(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_parse_verdict(rc);
 	frag = rc == NX_PARSE_FRAGMENT;
@@ -458,10 +442,7 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	int rc;
 
 	nx_count(NX_STAT_RX_OUTSIDE);
-	rc = nx_parse_eth(ctx, &p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	rc = nx_parse_ip(&p);
+	rc = nx_parse_l3(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_parse_verdict(rc);
 	/* Not for the pool: the gateway's own traffic, or routing that is not NAT. */

@@ -106,6 +106,17 @@ static __always_inline int nx_parse_ip(struct nx_pkt *p)
 	return NX_PARSE_OK;
 }
 
+/* Ethernet and IPv4: NX_PARSE_OK, NX_PARSE_FRAGMENT (a later fragment, headers valid), or
+ * the reason to pass or drop. */
+static __always_inline int nx_parse_l3(struct xdp_md *ctx, struct nx_pkt *p)
+{
+	int rc = nx_parse_eth(ctx, p);
+
+	if (rc != NX_PARSE_OK)
+		return rc;
+	return nx_parse_ip(p);
+}
+
 static __always_inline int nx_parse_l4(struct nx_pkt *p)
 {
 	switch (p->proto) {

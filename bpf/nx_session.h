@@ -131,4 +131,30 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 	return s;
 }
 
+/* The mapping behind an outside endpoint (pool index, protocol, outside address and port
+ * in network order): the port word names the inside endpoint, the mapping must exist and
+ * agree, so a stale word never translates. Fills *mk; returns the mapping or 0. */
+static __always_inline struct nx_map *nx_outside_mapping(__u32 addr_idx, __u8 proto, __u32 out_ip,
+							 __be16 out_port, struct nx_map_key *mk)
+{
+	__u32 idx = nx_port_index(addr_idx, nx_proto_idx(proto), bpf_ntohs(out_port));
+	struct nx_map *m;
+	__u64 *pw, w;
+
+	pw = bpf_map_lookup_elem(&nx_ports, &idx);
+	if (!pw)
+		return 0;
+	w = *pw;
+	if (NX_PORT_STATE(w) != NX_PORT_USED && NX_PORT_STATE(w) != NX_PORT_STATIC)
+		return 0;
+	mk->in_ip = NX_PORT_WORD_IP(w);
+	mk->in_port = bpf_htons(NX_PORT_WORD_PORT(w));
+	mk->proto = proto;
+	mk->pad = 0;
+	m = bpf_map_lookup_elem(&nx_maps, mk);
+	if (!m || m->out_port != out_port || m->out_ip != out_ip)
+		return 0;
+	return m;
+}
+
 #endif /* NX_SESSION_H */
