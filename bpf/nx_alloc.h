@@ -312,7 +312,8 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 }
 
 /* Find or create the subscriber entry. A new subscriber gets a block on the pool address
- * the daemon designated (addr_hint), or on one of the next few if that one is full. */
+ * the daemon designated (addr_hint), or on one of three addresses picked by a hash of its
+ * own if that one is full. */
 static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32 sip, int *reason)
 {
 	struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
@@ -338,7 +339,10 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 	}
 #pragma unroll
 	for (__u32 t = 0; t < 4; t++) {
-		__u32 a = (cfg->addr_hint + t) % n;
+		/* First the address the daemon designated; if a burst of new subscribers filled
+		 * it before the next sweep, addresses spread by a hash of the subscriber's, so a
+		 * burst does not pile onto the hint's neighbours. */
+		__u32 a = t == 0 ? cfg->addr_hint % n : (sip * 2654435761u + t * 40503u) % n;
 
 		gid = nx_block_claim(cfg, a, sip);
 		if (gid >= 0) {

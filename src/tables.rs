@@ -269,11 +269,54 @@ impl Tables {
         map: &MapHandle,
         name: &'static str,
     ) -> Result<Vec<(K, V)>> {
-        // Batched reads: one syscall per 4096 entries rather than two per entry.
+        use std::os::fd::AsRawFd;
+        // Batched reads, one syscall per 4096 entries rather than two per entry, until the
+        // kernel says ENOENT. (libbpf-rs 0.27's iterator stops at the first short batch,
+        // and a hash map returns short batches at bucket boundaries: it saw ~25k of 10M.)
+        const CAP: usize = 4096;
+        let (ks, vs) = (std::mem::size_of::<K>(), std::mem::size_of::<V>());
+        let mut keys = vec![0u8; ks * CAP];
+        let mut vals = vec![0u8; vs * CAP];
+        let (mut token_in, mut token_out) = (0u64, 0u64);
+        let mut first = true;
         let mut out = Vec::new();
-        let iter = map.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY).map_err(map_err(name))?;
-        for (k, v) in iter {
-            out.push((read_pod::<K>(&k), read_pod::<V>(&v)));
+        let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+            elem_flags: 0,
+            flags: 0,
+        };
+        loop {
+            let mut count = CAP as u32;
+            // SAFETY: buffers hold CAP keys and values of the map's sizes (K and V are the
+            // map's key and value types); the batch tokens are 8 bytes, more than a hash
+            // map's 4-byte bucket cursor.
+            let rc = unsafe {
+                libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+                    map.as_fd().as_raw_fd(),
+                    if first { std::ptr::null_mut() } else { (&mut token_in as *mut u64).cast() },
+                    (&mut token_out as *mut u64).cast(),
+                    keys.as_mut_ptr().cast(),
+                    vals.as_mut_ptr().cast(),
+                    &mut count,
+                    &opts,
+                )
+            };
+            let err = if rc < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(-rc) } else { 0 };
+            for i in 0..(count as usize).min(CAP) {
+                out.push((read_pod::<K>(&keys[i * ks..]), read_pod::<V>(&vals[i * vs..])));
+            }
+            match err {
+                0 => {}
+                libc::ENOENT => break,
+                e => {
+                    return Err(TableError::Map {
+                        map: name,
+                        source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(e)),
+                    })
+                }
+            }
+            token_in = token_out;
+            first = false;
         }
         Ok(out)
     }

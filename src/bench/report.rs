@@ -503,7 +503,7 @@ fn markdown(
         let big = ["nx_sess", "nx_maps", "nx_ports", "nx_subs"];
         let _ = writeln!(
             m,
-            "| live sessions | total MiB | bytes/session | nx_sess | nx_maps | nx_ports | nx_subs | all other maps | one daemon sweep (s) |\n|---|---|---|---|---|---|---|---|---|"
+            "| live sessions | total MiB | bytes/session | nx_sess | nx_maps | nx_ports | nx_subs | all other maps | one daemon sweep (s) | sessions / mappings the daemon's batched reads see |\n|---|---|---|---|---|---|---|---|---|---|"
         );
         for c in cost {
             let n = c["sessions"].as_u64().unwrap_or(1).max(1) as f64;
@@ -520,7 +520,14 @@ fn markdown(
             for k in big {
                 let _ = write!(m, " {:.1} |", pm[k].as_f64().unwrap_or(0.0) / n);
             }
-            let _ = writeln!(m, " {:.1} | {:.2} |", rest / n, c["sweep_secs"].as_f64().unwrap_or(f64::NAN));
+            let _ = writeln!(
+                m,
+                " {:.1} | {:.2} | {} / {} |",
+                rest / n,
+                c["sweep_secs"].as_f64().unwrap_or(f64::NAN),
+                c["seen_by_daemon"]["sessions"].as_u64().map(|v| v.to_string()).unwrap_or("–".into()),
+                c["seen_by_daemon"]["mappings"].as_u64().map(|v| v.to_string()).unwrap_or("–".into())
+            );
         }
         let _ = writeln!(
             m,
