@@ -229,7 +229,8 @@ struct nx_slots {
 	__u32 sip;
 	__u32 pidx;
 	__u16 in_port_h;
-	__s32 free_slot; /* first reusable slot, -1 if none */
+	__u32 nslots;	 /* slots the config uses (max_blocks) */
+	__s32 free_slot; /* lowest reusable slot, -1 if none */
 	__u32 free_val;	 /* what that slot held (0, or a block released meanwhile) */
 	int port;	 /* result, -1 until found */
 };
@@ -237,25 +238,23 @@ struct nx_slots {
 static long nx_slots_cb(__u64 i, void *vctx)
 {
 	struct nx_slots *c = vctx;
-	__u32 slot = (__u32)i & (NX_MAX_BLOCKS_PER_SUB - 1);
+	/* Newest block first: slots fill from 0 up, so the older blocks are the full ones, and
+	 * a subscriber holding many would otherwise scan them all for every new flow. */
+	__u32 slot = (c->nslots - 1 - (__u32)i) & (NX_MAX_BLOCKS_PER_SUB - 1);
 	__u32 v, gid;
 	int port;
 
 	v = *(volatile __u32 *)&c->sub->blocks[slot];
 	if (v == 0) {
-		if (c->free_slot < 0) {
-			c->free_slot = slot;
-			c->free_val = 0;
-		}
+		c->free_slot = slot; /* the scan runs downwards: it ends on the lowest */
+		c->free_val = 0;
 		return 0;
 	}
 	gid = v - 1;
 	if (nx_block_reserve(gid, c->sip) < 0) {
 		/* released by the daemon (or never ours): the slot is reusable */
-		if (c->free_slot < 0) {
-			c->free_slot = slot;
-			c->free_val = v;
-		}
+		c->free_slot = slot;
+		c->free_val = v;
 		return 0;
 	}
 	port = nx_claim_in_block(c->cfg, gid, c->pidx, c->in_port_h, c->word);
@@ -285,6 +284,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	c.pidx = pidx;
 	c.in_port_h = in_port_h;
 	c.word = nx_port_word(sip, in_port_h);
+	c.nslots = max;
 	c.free_slot = -1;
 	c.port = -1;
 	bpf_loop(max, nx_slots_cb, &c, 0);
