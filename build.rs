@@ -5,15 +5,10 @@ use std::{env, path::PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-fn main() {
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("natrix.skel.rs");
-    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
-    let multiarch = match arch.as_str() {
-        "aarch64" => "aarch64-linux-gnu",
-        _ => "x86_64-linux-gnu",
-    };
+/// One BPF object into one skeleton: the same compiler flags for every object.
+fn skeleton(source: &str, include: &str, out: &std::path::Path, multiarch: &str) {
     SkeletonBuilder::new()
-        .source("bpf/natrix.bpf.c")
+        .source(source)
         .clang_args([
             "-O2".to_string(),
             "-g".to_string(),
@@ -21,26 +16,25 @@ fn main() {
             "-Werror".to_string(),
             "-mcpu=v3".to_string(),
             format!("-I/usr/include/{multiarch}"),
-            "-Ibpf".to_string(),
+            format!("-I{include}"),
         ])
-        .build_and_generate(&out)
-        .expect("building the BPF data plane (bpf/natrix.bpf.c) failed");
-    // Benchmark programs (bpf/bench/): generator, test-run harness, minimal forwarder, sink.
+        .build_and_generate(out)
+        .unwrap_or_else(|e| panic!("building the BPF object {source} failed: {e:#}"));
+}
+
+fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
+    let multiarch = match arch.as_str() {
+        "aarch64" => "aarch64-linux-gnu",
+        _ => "x86_64-linux-gnu",
+    };
+    // The data plane.
+    skeleton("bpf/natrix.bpf.c", "bpf", &out_dir.join("natrix.skel.rs"), multiarch);
+    // Benchmark programs (bpf/bench/): generator, test-run harness, minimal forwarder, sink.
     for name in ["gen", "harness", "fwd", "sink"] {
-        SkeletonBuilder::new()
-            .source(format!("bpf/bench/nxb_{name}.bpf.c"))
-            .clang_args([
-                "-O2".to_string(),
-                "-g".to_string(),
-                "-Wall".to_string(),
-                "-Werror".to_string(),
-                "-mcpu=v3".to_string(),
-                format!("-I/usr/include/{multiarch}"),
-                "-Ibpf/bench".to_string(),
-            ])
-            .build_and_generate(out_dir.join(format!("bench_{name}.skel.rs")))
-            .unwrap_or_else(|e| panic!("building bpf/bench/nxb_{name}.bpf.c failed: {e:#}"));
+        let src = format!("bpf/bench/nxb_{name}.bpf.c");
+        skeleton(&src, "bpf/bench", &out_dir.join(format!("bench_{name}.skel.rs")), multiarch);
     }
     println!("cargo:rerun-if-changed=bpf");
 }
