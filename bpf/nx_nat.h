@@ -159,8 +159,19 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	int created = 0;
 	int reason = NX_DROP_NO_MAPPING;
 
-	mk.in_ip = p->ip->saddr;
-	mk.in_port = *p->sport;
+	sk.in_ip = p->ip->saddr;
+	sk.rem_ip = p->ip->daddr;
+	sk.in_port = *p->sport;
+	sk.rem_port = p->dport ? *p->dport : 0;
+	sk.proto = p->proto;
+	/* An established flow: its session holds the outside endpoint, one lookup. */
+	s = bpf_map_lookup_elem(&nx_sess, &sk);
+	if (s && !(s->flags & NX_SF_PERMIT) && s->out_ip) {
+		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
+		goto translate;
+	}
+	mk.in_ip = sk.in_ip;
+	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
 	m = bpf_map_lookup_elem(&nx_maps, &mk);
 	if (!m) {
@@ -171,25 +182,22 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 			return reason;
 		created = 1;
 	}
-	sk.in_ip = mk.in_ip;
-	sk.rem_ip = p->ip->daddr;
-	sk.in_port = mk.in_port;
-	sk.rem_port = p->dport ? *p->dport : 0;
-	sk.proto = p->proto;
-	s = bpf_map_lookup_elem(&nx_sess, &sk);
 	if (s) {
 		/* a session outliving its reaped mapping now belongs to the new one */
-		if (created)
-			__sync_fetch_and_add(&m->nsess, 1);
+		if (created && nx_map_ref(m) < 0)
+			return NX_DROP_MAP_DYING;
+		s->out_ip = m->out_ip;
+		s->out_port = m->out_port;
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 	} else {
-		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_OUT, now);
+		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_OUT, now, &reason);
 		if (!s)
-			return NX_DROP_TABLE_FULL;
+			return reason;
 	}
+translate:
 	if (cfg->filtering == NX_FILTER_ADF && p->proto != IPPROTO_ICMP)
 		nx_permit_address(&sk, s->expire);
-	nx_rewrite(p, NX_DIR_OUT, m->out_ip, m->out_port);
+	nx_rewrite(p, NX_DIR_OUT, s->out_ip, s->out_port);
 	nx_count(NX_STAT_XLATE_OUT);
 	return -1;
 }
@@ -207,9 +215,9 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 	struct nx_sess_key sk = {};
 	struct nx_map *m;
 	struct nx_sess *s;
+	int reason;
 
-	m = nx_outside_mapping(addr_idx, p->proto, p->ip->daddr, out_port, &mk);
-	if (!m)
+	if (!nx_port_owner(addr_idx, p->proto, out_port, &mk))
 		return NX_DROP_NO_MAPPING;
 	sk.in_ip = mk.in_ip;
 	sk.rem_ip = p->ip->saddr;
@@ -217,17 +225,23 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 	sk.rem_port = p->proto == IPPROTO_ICMP ? 0 : *p->sport;
 	sk.proto = p->proto;
 	s = bpf_map_lookup_elem(&nx_sess, &sk);
-	if (s && !(s->flags & NX_SF_PERMIT)) {
+	/* An established flow: the session, agreeing with the port word, is enough. */
+	if (s && !(s->flags & NX_SF_PERMIT) && s->out_port == out_port &&
+	    s->out_ip == p->ip->daddr) {
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_IN, now);
 	} else {
+		/* the port word and the mapping must agree; a stale word never translates */
+		m = bpf_map_lookup_elem(&nx_maps, &mk);
+		if (!m || m->out_port != out_port || m->out_ip != p->ip->daddr)
+			return NX_DROP_NO_MAPPING;
 		/* Unsolicited: endpoint-independent filtering (or a static forward) opens a
 		 * session; otherwise dropped without a word back (RFC 5382 REQ-4: never a RST,
 		 * and nothing at all for an unsolicited SYN). */
 		if (!nx_filter_allows(cfg, m, &sk))
 			return NX_DROP_FILTERED;
-		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now);
+		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now, &reason);
 		if (!s)
-			return nx_tcp_opens(p) ? NX_DROP_TABLE_FULL : NX_DROP_FILTERED;
+			return reason;
 	}
 	*in_ip = mk.in_ip;
 	*in_port = mk.in_port;

@@ -20,6 +20,10 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, struct nx_map *
 
 	if (m->flags & NX_MF_STATIC)
 		return 0;
+	/* Marked dying first: a packet creating a session on it from now on backs off
+	 * (nx_map_ref), so no session can outlive the port it copied. */
+	if (__sync_val_compare_and_swap(&m->nsess, 0, NX_NSESS_DYING) != 0)
+		return 0;
 	if (bpf_map_delete_elem(&nx_maps, mk) != 0)
 		return 0;
 	addr_idx = bpf_map_lookup_elem(&nx_pool_idx, &out_ip);
@@ -55,7 +59,7 @@ static __always_inline int nx_map_unref(struct nx_map_key *mk, __u32 now_s)
 	for (int t = 0; t < 8; t++) {
 		__u32 old = *(volatile __u32 *)&m->nsess;
 
-		if (old == 0)
+		if (old == 0 || old == NX_NSESS_DYING)
 			break;
 		if (__sync_val_compare_and_swap(&m->nsess, old, old - 1) == old) {
 			if (old == 1)

@@ -97,25 +97,40 @@ static __always_inline void nx_sess_touch(struct nx_config *cfg, struct nx_sess 
 		s->expire = exp;
 }
 
-/* Create a session for a mapping that exists. Returns the session, or 0 when the table is
- * full (the caller drops). A session that appeared meanwhile on another CPU is returned
- * as is: the insert that lost does not count against nsess. */
+/* Count one more session on mapping m, unless the reaper is deleting it. */
+static __always_inline int nx_map_ref(struct nx_map *m)
+{
+#pragma unroll
+	for (int t = 0; t < 4; t++) {
+		__u32 old = *(volatile __u32 *)&m->nsess;
+
+		if (old == NX_NSESS_DYING)
+			return -1;
+		if (__sync_val_compare_and_swap(&m->nsess, old, old + 1) == old)
+			return 0;
+	}
+	return -1;
+}
+
+/* Create a session for a mapping that exists. Returns the session, or 0 with *reason set
+ * (table full, mapping dying, or an inbound TCP segment that may open nothing). A session
+ * that appeared meanwhile on another CPU is returned as is: the insert that lost does not
+ * count against nsess. */
 static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, struct nx_sess_key *k,
 						      struct nx_map *m, __u8 tcp_flags, int dir,
-						      __u32 now)
+						      __u32 now, int *reason)
 {
 	struct nx_sess fresh = {};
-	struct nx_sess *s;
 
+	*reason = NX_DROP_FILTERED;
 	if (k->proto == IPPROTO_TCP) {
 		/* inbound, only a clean SYN opens anything (not a RST, not SYN+RST) */
 		if (dir == NX_DIR_IN && (tcp_flags & (NX_TCPF_SYN | NX_TCPF_RST)) != NX_TCPF_SYN)
 			return 0;
 		fresh.state = nx_tcp_next(NX_TCP_NONE, tcp_flags, dir);
 		if (fresh.state == NX_TCP_NONE) {
-			/* Outbound, with its mapping there: a connection whose session was reaped a
-			 * moment ago, picked up. Inbound, only a SYN opens anything: a stray
-			 * segment must not hold a mapping for two hours. */
+			/* outbound, with its mapping there: a connection whose session was reaped
+			 * a moment ago, picked up */
 			if (dir == NX_DIR_IN)
 				return 0;
 			fresh.state = NX_TCP_EST;
@@ -123,22 +138,26 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 	}
 	fresh.flags = dir == NX_DIR_IN ? NX_SF_INBOUND : 0;
 	fresh.expire = now + nx_timeout(cfg, k->proto, fresh.state);
+	fresh.out_ip = m->out_ip;
+	fresh.out_port = m->out_port;
 	if (bpf_map_update_elem(&nx_sess, k, &fresh, BPF_NOEXIST) == 0) {
-		__sync_fetch_and_add(&m->nsess, 1);
+		if (nx_map_ref(m) < 0) {
+			/* the reaper is deleting the mapping: this session must not outlive it */
+			bpf_map_delete_elem(&nx_sess, k);
+			*reason = NX_DROP_MAP_DYING;
+			return 0;
+		}
 		nx_count(NX_STAT_SESS_CREATED);
 	}
-	s = bpf_map_lookup_elem(&nx_sess, k);
-	return s;
+	*reason = NX_DROP_TABLE_FULL;
+	return bpf_map_lookup_elem(&nx_sess, k);
 }
 
-/* The mapping behind an outside endpoint (pool index, protocol, outside address and port
- * in network order): the port word names the inside endpoint, the mapping must exist and
- * agree, so a stale word never translates. Fills *mk; returns the mapping or 0. */
-static __always_inline struct nx_map *nx_outside_mapping(__u32 addr_idx, __u8 proto, __u32 out_ip,
-							 __be16 out_port, struct nx_map_key *mk)
+/* The inside endpoint an outside endpoint's port word names (USED or STATIC). */
+static __always_inline int nx_port_owner(__u32 addr_idx, __u8 proto, __be16 out_port,
+					 struct nx_map_key *mk)
 {
 	__u32 idx = nx_port_index(addr_idx, nx_proto_idx(proto), bpf_ntohs(out_port));
-	struct nx_map *m;
 	__u64 *pw, w;
 
 	pw = bpf_map_lookup_elem(&nx_ports, &idx);
@@ -151,6 +170,19 @@ static __always_inline struct nx_map *nx_outside_mapping(__u32 addr_idx, __u8 pr
 	mk->in_port = bpf_htons(NX_PORT_WORD_PORT(w));
 	mk->proto = proto;
 	mk->pad = 0;
+	return 1;
+}
+
+/* The mapping behind an outside endpoint (pool index, protocol, outside address and port
+ * in network order): the port word names the inside endpoint, the mapping must exist and
+ * agree, so a stale word never translates. Fills *mk; returns the mapping or 0. */
+static __always_inline struct nx_map *nx_outside_mapping(__u32 addr_idx, __u8 proto, __u32 out_ip,
+							 __be16 out_port, struct nx_map_key *mk)
+{
+	struct nx_map *m;
+
+	if (!nx_port_owner(addr_idx, proto, out_port, mk))
+		return 0;
 	m = bpf_map_lookup_elem(&nx_maps, mk);
 	if (!m || m->out_port != out_port || m->out_ip != out_ip)
 		return 0;

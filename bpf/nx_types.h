@@ -147,9 +147,17 @@ struct nx_sess {
 	__u32 expire; /* tick */
 	__u8 state;   /* enum nx_tcp_state; NX_TCP_NONE for UDP and ICMP */
 	__u8 flags;   /* enum nx_sess_flags */
-	__u16 pad;
+	/* the mapping's outside endpoint (network order), copied so that an established
+	 * packet needs this one lookup, not two */
+	__u16 out_port;
+	__u32 out_ip;
+	__u32 pad;
 };
-nx_static_assert(sizeof(struct nx_sess) == 8, "nx_sess layout");
+nx_static_assert(sizeof(struct nx_sess) == 16, "nx_sess layout");
+
+/* nx_map.nsess of a mapping the reaper is deleting: no session may refer to it any more
+ * (a session copies its mapping's outside endpoint, so it must never outlive the port). */
+#define NX_NSESS_DYING 0xffffffffU
 
 /* TCP connection tracking, after RFC 6146 section 3.5.2 and RFC 7857 section 2.1. */
 enum nx_tcp_state {
@@ -290,7 +298,9 @@ enum nx_stat {
 	NX_DROP_ICMP_BAD_CHECKSUM, /* ICMP error with a bad ICMP or embedded IP checksum */
 	NX_DROP_ICMP_MALFORMED,	   /* ICMP error whose embedded packet is truncated or not IPv4 */
 	NX_DROP_MTU_EXCEEDED,	   /* too big with DF set (the sender got fragmentation needed) */
-	NX_DROP_INTERNAL,	   /* a lookup that cannot fail did: a bug, never expected */
+	NX_DROP_MAP_DYING, /* its mapping was being deleted that instant: the next packet makes a
+			      new one */
+	NX_DROP_INTERNAL,  /* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };
 

@@ -162,6 +162,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_DROP_ICMP_BAD_CHECKSUM, "icmp_bad_checksum"),
     (nx_stat::NX_DROP_ICMP_MALFORMED, "icmp_malformed"),
     (nx_stat::NX_DROP_MTU_EXCEEDED, "mtu_exceeded"),
+    (nx_stat::NX_DROP_MAP_DYING, "mapping_expiring"),
     (nx_stat::NX_DROP_INTERNAL, "internal_error"),
 ];
 

@@ -42,7 +42,7 @@ fn dumps_see_every_entry_of_large_tables() {
             proto: 17,
             pad: [0; 3],
         };
-        let sv = nx_sess { expire: i, state: 0, flags: 0, pad: 0 };
+        let sv = nx_sess { expire: i, ..Default::default() };
         t.sess.update(bytes_of(&sk), bytes_of(&sv), MapFlags::NO_EXIST).expect("insert a session");
         let mk = nx_map_key { in_ip: ip, in_port: port.to_be(), proto: 17, pad: 0 };
         let mv = nx_map { out_ip: 1, out_port: 2, flags: 0, nsess: 1, expire: i };
