@@ -31,8 +31,14 @@ static __always_inline int nx_fib(struct xdp_md *ctx, struct iphdr *ip, struct b
 
 static __always_inline __u32 nx_iface_role(__u32 ifindex)
 {
-	struct nx_iface *i = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
+	struct nx_iface *i;
 
+	if (ifindex < NX_IFROLE_DIRECT) {
+		__u32 *r = bpf_map_lookup_elem(&nx_ifrole, &ifindex);
+
+		return r ? *r : NX_ROLE_NONE;
+	}
+	i = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 	return i ? i->role : NX_ROLE_NONE;
 }
 

@@ -40,6 +40,18 @@ struct {
 	__type(value, struct nx_iface);
 } nx_ifaces SEC(".maps");
 
+/* ifindex -> role for ifindex < NX_IFROLE_DIRECT: the per-packet check without hashing
+ * (nx_ifaces stays the reference, for any ifindex). Filled by the daemon before the links
+ * switch to this program instance; not pinned. */
+#define NX_IFROLE_DIRECT 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NX_IFROLE_DIRECT);
+	__type(key, __u32);
+	__type(value, __u32);
+} nx_ifrole SEC(".maps");
+
 /* Destination prefixes forwarded without translation (RFC 6888 REQ-6). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

@@ -496,6 +496,14 @@ impl Dataplane {
             let k = i.ifindex.to_ne_bytes();
             let v = nx_iface { role: i.role as u32, addr: i.addr.map(ip_be).unwrap_or(0) };
             t.ifaces.update(&k, bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
+            if i.ifindex < 1024 {
+                // NX_IFROLE_DIRECT: this instance's own array, read per packet
+                self.skel
+                    .maps
+                    .nx_ifrole
+                    .update(&k, &(i.role as u32).to_ne_bytes(), MapFlags::ANY)
+                    .map_err(bpf("filling nx_ifrole"))?;
+            }
             t.tx.update(&k, &k, MapFlags::ANY)
                 .map_err(bpf(format!("adding {} to the redirect map", i.name)))?;
         }
