@@ -323,7 +323,7 @@ static __always_inline int nx_forward_ctx(struct xdp_md *ctx)
 
 /* An ICMP error from a subscriber: translated outbound; if it is addressed to a pool
  * address (an error about a hairpinned packet, RFC 5508 REQ-7), translated inbound too. */
-static __always_inline int nx_error_out(struct xdp_md *ctx, int hairpin, int fib_rc)
+static __always_inline int nx_error_out(struct xdp_md *ctx, int hairpin)
 {
 	int rc = nx_icmp_error_out(ctx);
 
@@ -337,6 +337,18 @@ static __always_inline int nx_error_out(struct xdp_md *ctx, int hairpin, int fib
 	return nx_forward_ctx(ctx);
 }
 
+/* After an outbound translation: out through the FIB's interface, or to the kernel when it
+ * must fragment the packet or resolve the neighbour. */
+static __always_inline int nx_out_finish(struct nx_pkt *p, struct bpf_fib_lookup *fib, int fib_rc,
+					 int too_big)
+{
+	if (too_big)
+		return nx_pass(NX_STAT_PASS_TOO_BIG);
+	if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
+		return nx_redirect(p, fib);
+	return nx_pass(NX_STAT_PASS_NO_NEIGH);
+}
+
 /* Ingress on an inside interface. */
 static __always_inline int nx_path_inside(struct xdp_md *ctx)
 {
@@ -345,14 +357,13 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
 	__u32 *pool_idx = 0;
-	int rc, frag, fib_rc = 0, too_big = 0;
+	int rc, fib_rc = 0, too_big = 0;
 	__u32 now, dst;
 
 	nx_count(NX_STAT_RX_INSIDE);
 	rc = nx_parse_l3(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_parse_verdict(rc);
-	frag = rc == NX_PARSE_FRAGMENT;
 	cfg = nx_config();
 	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
@@ -406,16 +417,12 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		return nx_pass(NX_STAT_PASS_TTL);
 	if (p.frag && pool_idx)
 		return nx_drop(NX_DROP_FRAGMENT); /* hairpinned fragments: not supported */
-	if (frag) {
+	if (p.frag == 2) {
 		/* a later fragment: no transport header, only the source to rewrite */
 		rc = nx_frag_out(&p);
 		if (rc >= 0)
 			return nx_drop(rc);
-		if (too_big)
-			return nx_pass(NX_STAT_PASS_TOO_BIG);
-		if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
-			return nx_redirect(&p, fib);
-		return nx_pass(NX_STAT_PASS_NO_NEIGH);
+		return nx_out_finish(&p, fib, fib_rc, too_big);
 	}
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
@@ -423,7 +430,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
 		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
 			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
-		return nx_error_out(ctx, pool_idx != 0, fib_rc);
+		return nx_error_out(ctx, pool_idx != 0);
 	}
 
 	now = nx_now_tick();
@@ -436,11 +443,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 			return nx_drop(rc);
 		return nx_finish(ctx, &p, fib);
 	}
-	if (too_big)
-		return nx_pass(NX_STAT_PASS_TOO_BIG);
-	if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
-		return nx_redirect(&p, fib);
-	return nx_pass(NX_STAT_PASS_NO_NEIGH);
+	return nx_out_finish(&p, fib, fib_rc, too_big);
 }
 
 /* Ingress on an outside interface. */

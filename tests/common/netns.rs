@@ -97,17 +97,21 @@ pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     }
 }
 
-/// Runs a command that must succeed; returns its stdout.
-pub fn sh(args: &[&str]) -> String {
-    let out = run_timeout(Command::new(args[0]).args(&args[1..]), CMD_TIMEOUT);
+/// The stdout of a command that must have succeeded; panics naming it otherwise.
+fn stdout_of_success(what: &dyn std::fmt::Debug, out: &std::process::Output) -> String {
     assert!(
         out.status.success(),
-        "{args:?} failed ({}): {}{}",
+        "{what:?} failed ({}): {}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn sh(args: &[&str]) -> String {
+    stdout_of_success(&args, &run_timeout(Command::new(args[0]).args(&args[1..]), CMD_TIMEOUT))
 }
 
 /// Runs a command whose failure does not matter (cleanup).
@@ -751,15 +755,7 @@ impl Topo {
 
     /// Like [`Topo::natrix`], must succeed; returns stdout.
     pub fn natrix_ok(&self, args: &[&str]) -> String {
-        let out = self.natrix(args);
-        assert!(
-            out.status.success(),
-            "natrix {args:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_of_success(&(&"natrix", args), &self.natrix(args))
     }
 
     pub fn pin_str(&self) -> String {
