@@ -253,7 +253,7 @@ __noinline int nx_icmp_error_out(struct xdp_md *ctx)
 	mk.in_ip = e.eip->daddr;
 	mk.in_port = *e.eport_dst;
 	mk.proto = e.eproto;
-	m = bpf_map_lookup_elem(&nx_maps, &mk);
+	m = nx_map_lookup(&mk);
 	if (!m)
 		return NX_DROP_NO_MAPPING;
 	nx_icmp_rewrite_embedded(&e, 0, m->out_ip, m->out_port);

@@ -109,21 +109,43 @@ struct {
 	__type(value, struct nx_sub);
 } nx_subs SEC(".maps");
 
-/* The BIB: inside endpoint -> outside endpoint (endpoint-independent mapping). */
+/* The BIB: inside endpoint -> outside endpoint (endpoint-independent mapping). An
+ * open-addressed table of slots (nx_tab.h); mmapable: the daemon reads it directly. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1);
-	__type(key, struct nx_map_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
 	__type(value, struct nx_map);
+	__uint(map_flags, BPF_F_MMAPABLE);
 } nx_maps SEC(".maps");
 
-/* Sessions: one per connection, keyed from the inside. */
+/* Sessions: one per connection, keyed from the inside. Open-addressed like nx_maps. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1);
-	__type(key, struct nx_sess_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
 	__type(value, struct nx_sess);
+	__uint(map_flags, BPF_F_MMAPABLE);
 } nx_sess SEC(".maps");
+
+/* Entries in each of the two tables (enum nx_tab_id), kept exact by inserts and deletes:
+ * it is what enforces the configured sizes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} nx_tab_cnt SEC(".maps");
+
+/* Insert locks, striped by key hash: finding and inserting a key is atomic for that key. */
+#define NX_TAB_LOCKS 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NX_TAB_LOCKS);
+	__type(key, __u32);
+	__type(value, __u32);
+} nx_tab_locks SEC(".maps");
 
 /* Inbound fragment records: (remote, pool address, IP id, protocol) -> inside address.
  * LRU: a record lives a few seconds at most, and losing an old one costs one datagram. */

@@ -64,11 +64,11 @@ static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struc
 {
 	__u32 pidx = nx_proto_idx(mk->proto);
 	__u16 in_port_h = bpf_ntohs(mk->in_port);
-	struct nx_map fresh = {};
 	struct nx_map *m;
 	__u32 *out_ip;
 	__u32 addr_idx;
 	__u16 port;
+	__s64 ins;
 	long r;
 
 	r = nx_alloc(mk->in_ip, pidx, in_port_h);
@@ -83,19 +83,20 @@ static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struc
 		*reason = NX_DROP_INTERNAL;
 		return 0;
 	}
-	fresh.out_ip = *out_ip;
-	fresh.out_port = bpf_htons(port);
 	/* until a session exists, the mapping's own timer runs (transitory for TCP) */
-	fresh.expire = now + nx_timeout(cfg, mk->proto, NX_TCP_SYN_OUT);
-	if (bpf_map_update_elem(&nx_maps, mk, &fresh, BPF_NOEXIST) != 0) {
+	ins = nx_maps_insert(nx_map_k0(mk), (__u64)*out_ip | (__u64)bpf_htons(port) << 32,
+			     (__u64)(now + nx_timeout(cfg, mk->proto, NX_TCP_SYN_OUT)) << 32);
+	if (ins < 0 || !(ins & NX_TAB_NEW)) {
+		/* full, or another CPU created it meanwhile: this port goes back */
 		nx_port_unclaim(cfg, addr_idx, pidx, port, nx_port_word(mk->in_ip, in_port_h));
-		m = bpf_map_lookup_elem(&nx_maps, mk);
-		if (!m)
-			*reason = NX_DROP_TABLE_FULL;
-		return m;
+		if (ins < 0) {
+			*reason = (int)-ins;
+			return 0;
+		}
+	} else {
+		nx_count(NX_STAT_MAP_CREATED);
 	}
-	nx_count(NX_STAT_MAP_CREATED);
-	m = bpf_map_lookup_elem(&nx_maps, mk);
+	m = nx_map_at((__u32)ins);
 	if (!m)
 		*reason = NX_DROP_INTERNAL;
 	return m;
@@ -118,19 +119,17 @@ static __always_inline int nx_tcp_opens(struct nx_pkt *p)
 static __always_inline void nx_permit_address(struct nx_sess_key *sk, __u32 expire)
 {
 	struct nx_sess_key pk = *sk;
-	struct nx_sess fresh = {};
 	struct nx_sess *ps;
 
 	pk.rem_port = 0;
-	ps = bpf_map_lookup_elem(&nx_sess, &pk);
+	ps = nx_sess_lookup(&pk);
 	if (ps) {
 		if ((__s32)(expire - ps->expire) > 0)
 			ps->expire = expire;
 		return;
 	}
-	fresh.expire = expire;
-	fresh.flags = NX_SF_PERMIT;
-	bpf_map_update_elem(&nx_sess, &pk, &fresh, BPF_NOEXIST);
+	nx_sess_insert(nx_sess_k0(&pk) | (__u64)NX_SF_PERMIT << 48, nx_sess_k1(&pk),
+		       (__u64)expire << 32, 0);
 }
 
 /* Whether filtering lets an inbound packet without a session of its own in. */
@@ -145,7 +144,7 @@ static __always_inline int nx_filter_allows(struct nx_config *cfg, struct nx_map
 		return 0;
 	pk = *sk;
 	pk.rem_port = 0;
-	return bpf_map_lookup_elem(&nx_sess, &pk) != 0;
+	return nx_sess_lookup(&pk) != 0;
 }
 
 /* Inside -> outside: find or create the mapping and session, rewrite the source.
@@ -165,7 +164,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	sk.rem_port = p->dport ? *p->dport : 0;
 	sk.proto = p->proto;
 	/* An established flow: its session holds the outside endpoint, one lookup. */
-	s = bpf_map_lookup_elem(&nx_sess, &sk);
+	s = nx_sess_lookup(&sk);
 	if (s && !(s->flags & NX_SF_PERMIT) && s->out_ip) {
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 		goto translate;
@@ -173,7 +172,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
-	m = bpf_map_lookup_elem(&nx_maps, &mk);
+	m = nx_map_lookup(&mk);
 	if (!m) {
 		if (!nx_may_create(p))
 			return p->proto == IPPROTO_TCP ? NX_DROP_TCP_NO_SYN : NX_DROP_NO_MAPPING;
@@ -224,14 +223,14 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 	sk.in_port = mk.in_port;
 	sk.rem_port = p->proto == IPPROTO_ICMP ? 0 : *p->sport;
 	sk.proto = p->proto;
-	s = bpf_map_lookup_elem(&nx_sess, &sk);
+	s = nx_sess_lookup(&sk);
 	/* An established flow: the session, agreeing with the port word, is enough. */
 	if (s && !(s->flags & NX_SF_PERMIT) && s->out_port == out_port &&
 	    s->out_ip == p->ip->daddr) {
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_IN, now);
 	} else {
 		/* the port word and the mapping must agree; a stale word never translates */
-		m = bpf_map_lookup_elem(&nx_maps, &mk);
+		m = nx_map_lookup(&mk);
 		if (!m || m->out_port != out_port || m->out_ip != p->ip->daddr)
 			return NX_DROP_NO_MAPPING;
 		/* Unsolicited: endpoint-independent filtering (or a static forward) opens a

@@ -9,9 +9,11 @@
 #include "nx_alloc.h"
 #include "nx_maps.h"
 #include "nx_session.h"
+#include "nx_tab.h"
 
-/* Delete a mapping without sessions, and put its outside port on hold-down. */
-static __always_inline int nx_map_release(struct nx_map_key *mk, struct nx_map *m, __u32 now_s)
+/* Delete a mapping without sessions (in slot slot), and put its outside port on hold-down. */
+static __always_inline int nx_map_release(struct nx_map_key *mk, __u32 slot, struct nx_map *m,
+					  __u32 now_s)
 {
 	__u32 out_ip = m->out_ip;
 	__u16 out_port = bpf_ntohs(m->out_port);
@@ -24,7 +26,7 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, struct nx_map *
 	 * (nx_map_ref), so no session can outlive the port it copied. */
 	if (__sync_val_compare_and_swap(&m->nsess, 0, NX_NSESS_DYING) != 0)
 		return 0;
-	if (bpf_map_delete_elem(&nx_maps, mk) != 0)
+	if (!nx_maps_delete(slot, nx_map_k0(mk)))
 		return 0;
 	addr_idx = bpf_map_lookup_elem(&nx_pool_idx, &out_ip);
 	if (!addr_idx)
@@ -51,7 +53,8 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, struct nx_map *
 /* One fewer session on mapping mk; the last one out releases the mapping. */
 static __always_inline int nx_map_unref(struct nx_map_key *mk, __u32 now_s)
 {
-	struct nx_map *m = bpf_map_lookup_elem(&nx_maps, mk);
+	__u32 slot = nx_maps_find(nx_map_k0(mk));
+	struct nx_map *m = nx_map_at(slot);
 
 	if (!m)
 		return 0;
@@ -63,11 +66,11 @@ static __always_inline int nx_map_unref(struct nx_map_key *mk, __u32 now_s)
 			break;
 		if (__sync_val_compare_and_swap(&m->nsess, old, old - 1) == old) {
 			if (old == 1)
-				return nx_map_release(mk, m, now_s);
+				return nx_map_release(mk, slot, m, now_s);
 			return 0;
 		}
 	}
-	return m->nsess == 0 ? nx_map_release(mk, m, now_s) : 0;
+	return m->nsess == 0 ? nx_map_release(mk, slot, m, now_s) : 0;
 }
 
 static __always_inline int nx_reap_batch(struct nx_reap_args *a)
@@ -86,14 +89,15 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 		if (a->op == NX_REAP_SESSIONS) {
 			struct nx_sess_key k = a->sess[i];
 			struct nx_map_key mk = {};
-			struct nx_sess *s = bpf_map_lookup_elem(&nx_sess, &k);
-
+			__u64 k0 = nx_sess_k0(&k), k1 = nx_sess_k1(&k);
+			__u32 slot = nx_sess_find(k0, k1);
+			struct nx_sess *s = nx_sess_at(slot);
 			__u8 permit;
 
 			if (!s || (__s32)(s->expire - now) > 0)
 				continue;
 			permit = s->flags & NX_SF_PERMIT;
-			if (bpf_map_delete_elem(&nx_sess, &k) != 0)
+			if (!nx_sess_delete(slot, k0, k1))
 				continue;
 			a->deleted++;
 			if (permit)
@@ -104,14 +108,31 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			a->maps_deleted += nx_map_unref(&mk, a->now_s);
 		} else if (a->op == NX_REAP_MAPPINGS) {
 			struct nx_map_key mk = a->maps[i];
-			struct nx_map *m = bpf_map_lookup_elem(&nx_maps, &mk);
+			__u32 slot = nx_maps_find(nx_map_k0(&mk));
+			struct nx_map *m = nx_map_at(slot);
 
 			if (!m || m->nsess != 0 || (__s32)(m->expire - now) > 0)
 				continue;
-			if (nx_map_release(&mk, m, a->now_s)) {
+			if (nx_map_release(&mk, slot, m, a->now_s)) {
 				a->deleted++;
 				a->maps_deleted++;
 			}
+		} else if (a->op == NX_CTL_STATIC_ADD) {
+			struct nx_static_map sm = a->statics[i];
+			__s64 r = nx_maps_insert(nx_map_k0(&sm.key),
+						 (__u64)sm.out_ip | (__u64)sm.out_port << 32 |
+							 (__u64)NX_MF_STATIC << 48,
+						 0);
+
+			if (r >= 0 && (r & NX_TAB_NEW))
+				a->deleted++; /* here: added */
+		} else if (a->op == NX_CTL_STATIC_DEL) {
+			struct nx_map_key mk = a->maps[i];
+			__u32 slot = nx_maps_find(nx_map_k0(&mk));
+			struct nx_map *m = nx_map_at(slot);
+
+			if (m && (m->flags & NX_MF_STATIC) && nx_maps_delete(slot, nx_map_k0(&mk)))
+				a->deleted++;
 		}
 	}
 	return 0;

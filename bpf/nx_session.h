@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Mappings (the BIB), sessions and TCP state.
  *
- * Who writes what: the fast path creates mappings and sessions (BPF_NOEXIST inserts, so
- * two CPUs creating the same entry end with one entry), refreshes sessions and moves TCP
+ * Who writes what: the fast path creates mappings and sessions (nx_tab.h inserts, so two
+ * CPUs creating the same entry end with one entry), refreshes sessions and moves TCP
  * state. Only the reaper (nx_reap, run by the daemon) deletes. A mapping lives while it
  * has sessions (nsess, atomic); a mapping that never got one expires on its own timer.
  */
@@ -14,6 +14,7 @@
 #include "nx_maps.h"
 #include "nx_parse.h"
 #include "nx_stats.h"
+#include "nx_tab.h"
 
 /* Refresh a session's timer only when it moves by more than this (ticks, ~1 s): a busy
  * flow writes its session about once a second, not once a packet, and the cache line stays
@@ -120,37 +121,43 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 						      struct nx_map *m, __u8 tcp_flags, int dir,
 						      __u32 now, int *reason)
 {
-	struct nx_sess fresh = {};
+	__u8 state = NX_TCP_NONE, flags;
+	__u64 k0 = nx_sess_k0(k), k1 = nx_sess_k1(k);
+	__s64 r;
 
 	*reason = NX_DROP_FILTERED;
 	if (k->proto == IPPROTO_TCP) {
 		/* inbound, only a clean SYN opens anything (not a RST, not SYN+RST) */
 		if (dir == NX_DIR_IN && (tcp_flags & (NX_TCPF_SYN | NX_TCPF_RST)) != NX_TCPF_SYN)
 			return 0;
-		fresh.state = nx_tcp_next(NX_TCP_NONE, tcp_flags, dir);
-		if (fresh.state == NX_TCP_NONE) {
+		state = nx_tcp_next(NX_TCP_NONE, tcp_flags, dir);
+		if (state == NX_TCP_NONE) {
 			/* outbound, with its mapping there: a connection whose session was reaped
 			 * a moment ago, picked up */
 			if (dir == NX_DIR_IN)
 				return 0;
-			fresh.state = NX_TCP_EST;
+			state = NX_TCP_EST;
 		}
 	}
-	fresh.flags = dir == NX_DIR_IN ? NX_SF_INBOUND : 0;
-	fresh.expire = now + nx_timeout(cfg, k->proto, fresh.state);
-	fresh.out_ip = m->out_ip;
-	fresh.out_port = m->out_port;
-	if (bpf_map_update_elem(&nx_sess, k, &fresh, BPF_NOEXIST) == 0) {
+	flags = dir == NX_DIR_IN ? NX_SF_INBOUND : 0;
+	r = nx_sess_insert(k0 | (__u64)state << 40 | (__u64)flags << 48, k1,
+			   (__u64)m->out_ip | (__u64)(now + nx_timeout(cfg, k->proto, state)) << 32,
+			   m->out_port);
+	if (r < 0) {
+		*reason = (int)-r;
+		return 0;
+	}
+	if (r & NX_TAB_NEW) {
 		if (nx_map_ref(m) < 0) {
 			/* the reaper is deleting the mapping: this session must not outlive it */
-			bpf_map_delete_elem(&nx_sess, k);
+			nx_sess_delete((__u32)r, k0, k1);
 			*reason = NX_DROP_MAP_DYING;
 			return 0;
 		}
 		nx_count(NX_STAT_SESS_CREATED);
 	}
-	*reason = NX_DROP_TABLE_FULL;
-	return bpf_map_lookup_elem(&nx_sess, k);
+	*reason = NX_DROP_INTERNAL;
+	return nx_sess_at((__u32)r);
 }
 
 /* The inside endpoint an outside endpoint's port word names (USED or STATIC). */
@@ -183,7 +190,7 @@ static __always_inline struct nx_map *nx_outside_mapping(__u32 addr_idx, __u8 pr
 
 	if (!nx_port_owner(addr_idx, proto, out_port, mk))
 		return 0;
-	m = bpf_map_lookup_elem(&nx_maps, mk);
+	m = nx_map_lookup(mk);
 	if (!m || m->out_port != out_port || m->out_ip != out_ip)
 		return 0;
 	return m;

@@ -70,8 +70,14 @@ struct nx_config {
 	 * it cannot be a pool address and skips the nx_pool_idx lookup (hairpin check). */
 	__u32 pool_net;
 	__u32 pool_mask;
+	/* Geometry of the open-addressed tables (see nx_tab.h), indexed by enum nx_tab_id:
+	 * buckets of two slots, and the most entries each may hold (its configured size). */
+	__u32 tab_nbkt[2];
+	__u32 tab_max[2];
+	__u32 tab_seed; /* hash seed, chosen when the tables are created, kept on takeover */
+	__u32 pad;
 };
-nx_static_assert(sizeof(struct nx_config) == 64, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 88, "nx_config layout");
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
@@ -108,30 +114,57 @@ struct nx_sub {
 	__u32 blocks[NX_MAX_BLOCKS_PER_SUB];
 };
 
-/* ---- Mappings, the BIB (map nx_maps, hash) -------------------------------------------
- * Endpoint-independent: one entry per inside (address, port|query id, protocol). */
+/* ---- Open-addressed tables (maps nx_maps and nx_sess, see nx_tab.h) -----------------
+ * Both are mmapable arrays of 32-byte slots, two slots to a 64-byte bucket. The first
+ * 8 bytes of a slot hold its key (all of it for a mapping, the ports and protocol for a
+ * session) and, in the top byte, the slot's control: state in bits 1..0, which of the
+ * key's two home buckets it counts from in bit 2, a generation counter in bits 7..3 that
+ * changes whenever the slot is reused. The last 4 bytes of a
+ * bucket's first slot count the entries that live beyond this bucket but started their
+ * search before it (a lookup stops at a bucket whose count is 0). */
+enum nx_tab_id {
+	NX_TAB_SESS = 0,
+	NX_TAB_MAPS = 1,
+};
+
+enum nx_slot_state {
+	NX_SLOT_EMPTY = 0,
+	NX_SLOT_BUSY = 1, /* claimed by an insert, not yet readable */
+	NX_SLOT_LIVE = 2,
+};
+
+#define NX_SLOT_CTL_SHIFT 56
+#define NX_SLOT_GEN_SHIFT 59
+#define NX_SLOT_STATE(w0) ((__u32)((w0) >> NX_SLOT_CTL_SHIFT) & 3)
+
+/* ---- Mappings, the BIB (map nx_maps) --------------------------------------------------
+ * Endpoint-independent: one entry per inside (address, port|query id, protocol).
+ * nx_map_key is how a mapping is searched for; its 8 bytes are the slot's first word. */
 struct nx_map_key {
 	__u32 in_ip;   /* network order */
 	__u16 in_port; /* network order; ICMP: the echo identifier */
 	__u8 proto;    /* IPPROTO_* */
-	__u8 pad;
+	__u8 pad;      /* the slot's control byte; 0 in a search key */
 };
 nx_static_assert(sizeof(struct nx_map_key) == 8, "nx_map_key layout");
 
 struct nx_map {
-	__u32 out_ip;	/* network order */
-	__u16 out_port; /* network order */
-	__u16 flags;	/* enum nx_map_flags */
-	__u32 nsess;	/* sessions referring to this mapping (atomic) */
-	__u32 expire;	/* tick; refreshed by its sessions */
+	struct nx_map_key key; /* and the slot control in key.pad */
+	__u32 out_ip;	       /* network order */
+	__u16 out_port;	       /* network order */
+	__u16 flags;	       /* enum nx_map_flags */
+	__u32 nsess;	       /* sessions referring to this mapping (atomic) */
+	__u32 expire;	       /* tick: a mapping that never got a session expires then */
+	__u32 pad;
+	__u32 ovf; /* bucket overflow count (first slot of a bucket only) */
 };
-nx_static_assert(sizeof(struct nx_map) == 16, "nx_map layout");
+nx_static_assert(sizeof(struct nx_map) == 32, "nx_map layout");
 
 enum nx_map_flags {
 	NX_MF_STATIC = 1 << 0,
 };
 
-/* ---- Sessions (map nx_sess, hash) ----------------------------------------------------
+/* ---- Sessions (map nx_sess) -------------------------------------------------------------
  * One entry per connection, keyed from the inside: (inside ip:port, remote ip:port). */
 struct nx_sess_key {
 	__u32 in_ip;
@@ -144,16 +177,25 @@ struct nx_sess_key {
 nx_static_assert(sizeof(struct nx_sess_key) == 16, "nx_sess_key layout");
 
 struct nx_sess {
-	__u32 expire; /* tick */
-	__u8 state;   /* enum nx_tcp_state; NX_TCP_NONE for UDP and ICMP */
-	__u8 flags;   /* enum nx_sess_flags */
+	/* first word: key (ports, protocol), state, flags and the slot control */
+	__u16 in_port;
+	__u16 rem_port;
+	__u8 proto;
+	__u8 state; /* enum nx_tcp_state; NX_TCP_NONE for UDP and ICMP */
+	__u8 flags; /* enum nx_sess_flags */
+	__u8 ctl;
+	/* second word: the rest of the key */
+	__u32 in_ip;
+	__u32 rem_ip;
 	/* the mapping's outside endpoint (network order), copied so that an established
 	 * packet needs this one lookup, not two */
-	__u16 out_port;
 	__u32 out_ip;
-	__u32 pad;
+	__u32 expire; /* tick */
+	__u16 out_port;
+	__u16 pad;
+	__u32 ovf; /* bucket overflow count (first slot of a bucket only) */
 };
-nx_static_assert(sizeof(struct nx_sess) == 16, "nx_sess layout");
+nx_static_assert(sizeof(struct nx_sess) == 32, "nx_sess layout");
 
 /* nx_map.nsess of a mapping the reaper is deleting: no session may refer to it any more
  * (a session copies its mapping's outside endpoint, so it must never outlive the port). */
@@ -233,18 +275,29 @@ struct nx_frag_hold {
 enum nx_reap_op {
 	NX_REAP_SESSIONS = 1, /* sess[] holds candidate session keys */
 	NX_REAP_MAPPINGS = 2, /* maps[] holds candidate mapping keys (nsess == 0) */
+	NX_CTL_STATIC_ADD = 3, /* statics[]: add these static mappings ([[forward]]) */
+	NX_CTL_STATIC_DEL = 4, /* maps[]: delete these static mappings */
+};
+
+/* A static mapping for NX_CTL_STATIC_ADD (the port word is the daemon's to write). */
+struct nx_static_map {
+	struct nx_map_key key;
+	__u32 out_ip;
+	__u16 out_port;
+	__u16 pad;
 };
 
 struct nx_reap_args {
 	__u32 op;	    /* enum nx_reap_op */
 	__u32 n;	    /* entries used, <= NX_REAP_BATCH */
 	__u32 now_s;	    /* CLOCK_MONOTONIC seconds, written into released ports */
-	__u32 deleted;	    /* out: entries deleted */
+	__u32 deleted;	    /* out: entries deleted (NX_CTL_STATIC_ADD: added) */
 	__u32 maps_deleted; /* out: mappings deleted as a consequence */
 	__u32 pad;
 	union {
 		struct nx_sess_key sess[NX_REAP_BATCH];
 		struct nx_map_key maps[NX_REAP_BATCH];
+		struct nx_static_map statics[NX_REAP_BATCH];
 	};
 };
 
@@ -300,7 +353,8 @@ enum nx_stat {
 	NX_DROP_MTU_EXCEEDED,	   /* too big with DF set (the sender got fragmentation needed) */
 	NX_DROP_MAP_DYING, /* its mapping was being deleted that instant: the next packet makes a
 			      new one */
-	NX_DROP_INTERNAL,  /* a lookup that cannot fail did: a bug, never expected */
+	NX_DROP_TABLE_BUSY, /* another CPU held the table's insert lock too long */
+	NX_DROP_INTERNAL,   /* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };
 

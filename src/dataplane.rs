@@ -18,7 +18,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::config::{Config, Filtering, XdpMode};
-use crate::skel::types::{nx_config, nx_iface, nx_lpm_key, nx_map, nx_map_key};
+use crate::skel::types::{nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_reap_args, nx_static_map};
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
 use crate::tables::{
     bytes_of, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT,
@@ -111,8 +111,9 @@ impl Sizes {
             ports: (n * NPROTO * 65536).max(1),
             blocks: (n * c.block_count_per_addr()).max(1),
             subs: c.limits.max_subscribers,
-            maps: c.limits.max_mappings,
-            sess: c.limits.max_sessions,
+            // slots of the open-addressed tables (bpf/nx_tab.h): two per bucket
+            maps: crate::tables::tab_slots(c.limits.max_mappings),
+            sess: crate::tables::tab_slots(c.limits.max_sessions),
             frags: c.fragments.max_tracked,
             // a power-of-two number of pages holding max_held records of ~1.5 KiB
             frag_rb: ((c.fragments.max_held.max(1) as usize * 1600).next_power_of_two().max(4096)) as u32,
@@ -149,8 +150,13 @@ pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
     Ok(out)
 }
 
+const NX_CTL_STATIC_ADD: u32 = 3;
+const NX_CTL_STATIC_DEL: u32 = 4;
+
 /// The nx_config the data plane runs with, derived from the config file.
-pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
+/// `tab_seed` is the tables' hash seed: random when they are created, the running one's on a
+/// takeover (every entry sits where that seed put it).
+pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     let ticks = |d: std::time::Duration| {
         let t = (d.as_nanos() >> TICK_SHIFT) as u64;
         t.clamp(1, u32::MAX as u64 / 2) as u32
@@ -199,7 +205,25 @@ pub fn nx_config_from(c: &Config, addr_hint: u32) -> nx_config {
         frag_timeout: ticks(c.fragments.timeout),
         pool_net: ip_be(Ipv4Addr::from(covering.0)),
         pool_mask: ip_be(Ipv4Addr::from(covering.1)),
+        tab_nbkt: [
+            crate::tables::tab_buckets(c.limits.max_sessions),
+            crate::tables::tab_buckets(c.limits.max_mappings),
+        ],
+        tab_max: [c.limits.max_sessions, c.limits.max_mappings],
+        tab_seed,
+        pad: 0,
     }
+}
+
+/// A hash seed nobody outside can predict (a subscriber choosing colliding keys could
+/// otherwise fill one probe window and have others' new connections refused).
+pub fn random_seed() -> u32 {
+    let mut b = [0u8; 4];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
+        let t = crate::tables::now_ns() ^ std::process::id() as u64;
+        return (t ^ (t >> 32)) as u32;
+    }
+    u32::from_ne_bytes(b)
 }
 
 /// How a data plane instance keeps its state.
@@ -375,8 +399,10 @@ impl Dataplane {
     pub fn configure(&self, cfg: &Config, ifaces: &[Iface]) -> Result<()> {
         let t = &self.tables;
         let mut hint = 0;
+        let mut seed = random_seed();
         if self.took_over {
             let old = t.config()?;
+            seed = old.tab_seed;
             let pool = t.pool()?;
             let pin = self.pin_display();
             if pool != cfg.pool.addresses {
@@ -400,7 +426,7 @@ impl Dataplane {
                     .map_err(bpf("filling nx_pool_idx"))?;
             }
         }
-        t.write_config(&nx_config_from(cfg, hint))?;
+        t.write_config(&nx_config_from(cfg, hint, seed))?;
         self.set_exclusions(cfg)?;
         self.install_forwards(cfg)?;
         self.set_interfaces(ifaces)
@@ -442,17 +468,24 @@ impl Dataplane {
                 pending += 1;
                 continue;
             }
-            let m = nx_map {
-                out_ip: ip_be(*f.outside.ip()),
-                out_port: f.outside.port().to_be(),
-                flags: 1,
-                nsess: existing.map(|m| m.nsess).unwrap_or(0),
-                expire: 0,
-            };
             if !ours {
-                t.maps
-                    .update(bytes_of(&key), bytes_of(&m), MapFlags::ANY)
-                    .map_err(bpf("adding a static forward"))?;
+                let mut a = nx_reap_args { op: NX_CTL_STATIC_ADD, n: 1, ..Default::default() };
+                // SAFETY: writing the union member the op names.
+                unsafe {
+                    a.__anon_nx_reap_args_1.statics[0] = nx_static_map {
+                        key,
+                        out_ip: ip_be(*f.outside.ip()),
+                        out_port: f.outside.port().to_be(),
+                        pad: 0,
+                    }
+                };
+                self.ctl(&mut a)?;
+                if a.deleted != 1 {
+                    return Err(DataplaneError::Bpf {
+                        what: "adding a static forward: the mapping table refused it (full?)".into(),
+                        source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+                    });
+                }
             }
             if cur != word {
                 t.ports
@@ -466,7 +499,10 @@ impl Dataplane {
             if m.flags & 1 == 0 || wanted.contains(bytes_of(&k)) {
                 continue;
             }
-            let _ = t.maps.delete(bytes_of(&k));
+            let mut a = nx_reap_args { op: NX_CTL_STATIC_DEL, n: 1, ..Default::default() };
+            // SAFETY: writing the union member the op names.
+            unsafe { a.__anon_nx_reap_args_1.maps[0] = k };
+            self.ctl(&mut a)?;
             if let Some(addr_idx) = pool.iter().position(|a| ip_be(*a) == m.out_ip) {
                 let idx = crate::tables::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
                 let held = (PORT_HELD << PORT_STATE_SHIFT) | now_s as u64;
@@ -481,6 +517,15 @@ impl Dataplane {
             );
         }
         Ok(pending)
+    }
+
+    /// Runs one batch of the control program (nx_reap: expiry, static mappings): table
+    /// writes go through the data plane's own insert and delete code.
+    fn ctl(&self, a: &mut nx_reap_args) -> Result<()> {
+        let buf = libbpf_rs::MapHandle::try_from(&self.skel.maps.nx_reap_buf).map_err(bpf("nx_reap_buf"))?;
+        crate::expiry::Reaper { prog: &self.skel.progs.nx_reap, buf: &buf }
+            .reap(a)
+            .map_err(bpf("running the control program nx_reap"))
     }
 
     /// Interface roles and redirect targets: replaces whatever was there.

@@ -7,7 +7,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use thiserror::Error;
@@ -15,7 +15,7 @@ use thiserror::Error;
 use crate::skel::types::{nx_config, nx_map, nx_map_key, nx_sess, nx_sess_key, nx_stat, nx_sub};
 
 /// Every pinned map, by the name it has in the BPF object and under the pin directory.
-pub const MAP_NAMES: [&str; 13] = [
+pub const MAP_NAMES: [&str; 15] = [
     "nx_cfg",
     "nx_pool",
     "nx_pool_idx",
@@ -26,6 +26,8 @@ pub const MAP_NAMES: [&str; 13] = [
     "nx_subs",
     "nx_maps",
     "nx_sess",
+    "nx_tab_cnt",
+    "nx_tab_locks",
     "nx_stats",
     "nx_frags",
     "nx_frag_rb",
@@ -40,6 +42,58 @@ pub const PORT_STATIC: u64 = 3;
 /// Length of one tick of the data plane's clock, in nanoseconds (2^NX_TICK_SHIFT).
 pub const TICK_SHIFT: u32 = 24;
 pub const NPROTO: u32 = 3;
+
+/// Open-addressed tables (see bpf/nx_tab.h): ids, slot layout, probe bound.
+pub const TAB_SESS: usize = 0;
+pub const TAB_MAPS: usize = 1;
+const SLOT_CTL_SHIFT: u32 = 56;
+const SLOT_LIVE: u64 = 2;
+const SLOT_STATE_MASK: u64 = 3 << SLOT_CTL_SHIFT;
+const SLOT_GEN_MASK: u64 = 0x1f << 59;
+const SLOT_ALT: u64 = 1 << 58;
+const SESS_W0_KEY: u64 = 0x0000_00ff_ffff_ffff;
+const MAPS_W0_KEY: u64 = 0x00ff_ffff_ffff_ffff;
+const TAB_PROBE: u32 = 32;
+
+/// Home buckets (two slots each) of a table configured for `max` entries: 80% full at
+/// `max`. The array has TAB_PROBE buckets more (`tab_slots`): a search never wraps.
+pub fn tab_buckets(max: u32) -> u32 {
+    ((max as u64 * 5 / 4).div_ceil(2)).clamp(1, (i32::MAX / 2) as u64) as u32
+}
+
+/// The data plane's key hash (bpf/nx_tab.h, nx_tab_hash): the same bits, or lookups from
+/// user space would search the wrong bucket.
+pub fn tab_slots(max: u32) -> u32 {
+    2 * (tab_buckets(max) + TAB_PROBE)
+}
+
+pub fn tab_hash(k0: u64, k1: u64, seed: u32) -> u64 {
+    let s = (seed as u64) << 32 | seed as u64;
+    let mut h = (k0 ^ s).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= k1.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    h ^= h >> 29;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 32;
+    h
+}
+
+/// A key's first (`alt` false) or second home bucket.
+pub fn tab_home(h: u64, nbkt: u32, alt: bool) -> u32 {
+    let x = if alt { h & 0xffff_ffff } else { h >> 32 };
+    ((x * nbkt as u64) >> 32) as u32
+}
+
+pub fn sess_k0(k: &nx_sess_key) -> u64 {
+    k.in_port as u64 | (k.rem_port as u64) << 16 | (k.proto as u64) << 32
+}
+
+pub fn sess_k1(k: &nx_sess_key) -> u64 {
+    k.in_ip as u64 | (k.rem_ip as u64) << 32
+}
+
+pub fn map_k0(k: &nx_map_key) -> u64 {
+    k.in_ip as u64 | (k.in_port as u64) << 32 | (k.proto as u64) << 48
+}
 
 #[derive(Debug, Error)]
 pub enum TableError {
@@ -163,6 +217,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_DROP_ICMP_MALFORMED, "icmp_malformed"),
     (nx_stat::NX_DROP_MTU_EXCEEDED, "mtu_exceeded"),
     (nx_stat::NX_DROP_MAP_DYING, "mapping_expiring"),
+    (nx_stat::NX_DROP_TABLE_BUSY, "table_busy"),
     (nx_stat::NX_DROP_INTERNAL, "internal_error"),
 ];
 
@@ -187,6 +242,7 @@ pub struct Tables {
     pub subs: MapHandle,
     pub maps: MapHandle,
     pub sess: MapHandle,
+    pub tab_cnt: MapHandle,
     pub stats: MapHandle,
 }
 
@@ -213,6 +269,7 @@ impl Tables {
             subs: open("nx_subs")?,
             maps: open("nx_maps")?,
             sess: open("nx_sess")?,
+            tab_cnt: open("nx_tab_cnt")?,
             stats: open("nx_stats")?,
         })
     }
@@ -233,6 +290,7 @@ impl Tables {
             subs: h(&m.nx_subs, "nx_subs")?,
             maps: h(&m.nx_maps, "nx_maps")?,
             sess: h(&m.nx_sess, "nx_sess")?,
+            tab_cnt: h(&m.nx_tab_cnt, "nx_tab_cnt")?,
             stats: h(&m.nx_stats, "nx_stats")?,
         })
     }
@@ -322,12 +380,153 @@ impl Tables {
         Ok(out)
     }
 
+    /// Every live slot of an open-addressed table, read through mmap (no syscall per
+    /// entry): each slot is read twice-checked, so a slot reused meanwhile is skipped.
+    fn slots<V: Copy + Default>(map: &MapHandle, name: &'static str) -> Result<Vec<V>> {
+        let m = MmapWords::new(map, name)?;
+        let w = m.words();
+        let mut out = Vec::new();
+        for e in w.chunks_exact(4) {
+            let w0 = e[0].load(Ordering::Acquire);
+            if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE {
+                continue;
+            }
+            let words = [w0, e[1].load(Ordering::Acquire), e[2].load(Ordering::Acquire), e[3].load(Ordering::Acquire)];
+            if (e[0].load(Ordering::Acquire) ^ w0) & (SLOT_STATE_MASK | SLOT_GEN_MASK) != 0 {
+                continue;
+            }
+            let mut b = [0u8; 32];
+            for (i, x) in words.iter().enumerate() {
+                b[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
+            }
+            out.push(read_pod::<V>(&b));
+        }
+        Ok(out)
+    }
+
     pub fn sessions(&self) -> Result<Vec<(nx_sess_key, nx_sess)>> {
-        Self::dump(&self.sess, "nx_sess")
+        Ok(Self::slots::<nx_sess>(&self.sess, "nx_sess")?
+            .into_iter()
+            .map(|s| {
+                let k = nx_sess_key {
+                    in_ip: s.in_ip,
+                    rem_ip: s.rem_ip,
+                    in_port: s.in_port,
+                    rem_port: s.rem_port,
+                    proto: s.proto,
+                    ..Default::default()
+                };
+                (k, s)
+            })
+            .collect())
     }
 
     pub fn mappings(&self) -> Result<Vec<(nx_map_key, nx_map)>> {
-        Self::dump(&self.maps, "nx_maps")
+        Ok(Self::slots::<nx_map>(&self.maps, "nx_maps")?
+            .into_iter()
+            .map(|mut m| {
+                m.key.pad = 0; // the slot's control byte
+                (m.key, m)
+            })
+            .collect())
+    }
+
+    /// Entries in the session and mapping tables, as the data plane counts them.
+    pub fn table_counts(&self) -> Result<[u32; 2]> {
+        let mut out = [0u32; 2];
+        for (i, o) in out.iter_mut().enumerate() {
+            let v = self
+                .tab_cnt
+                .lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("nx_tab_cnt"))?
+                .unwrap_or_default();
+            *o = if v.len() >= 4 { read_pod::<u32>(&v) } else { 0 };
+        }
+        Ok(out)
+    }
+
+    /// Load and shape of table `tab` (TAB_SESS or TAB_MAPS), from one pass over its slots:
+    /// what `natrix stats` shows, and what the tests check the structure with.
+    pub fn tab_health(&self, tab: usize) -> Result<TabHealth> {
+        let (map, name, keym) = match tab {
+            TAB_SESS => (&self.sess, "nx_sess", SESS_W0_KEY),
+            _ => (&self.maps, "nx_maps", MAPS_W0_KEY),
+        };
+        let cfg = self.config()?;
+        let nbkt = cfg.tab_nbkt[tab];
+        let m = MmapWords::new(map, name)?;
+        let w = m.words();
+        let mut h = TabHealth {
+            slots: (w.len() / 4) as u64,
+            counted: self.table_counts()?[tab] as u64,
+            ..Default::default()
+        };
+        let mut expected = vec![0u64; w.len() / 8];
+        for (i, e) in w.chunks_exact(4).enumerate() {
+            let w0 = e[0].load(Ordering::Acquire);
+            if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE || nbkt == 0 {
+                continue;
+            }
+            h.live += 1;
+            let k1 = if tab == TAB_SESS { e[1].load(Ordering::Acquire) } else { 0 };
+            let home = tab_home(tab_hash(w0 & keym, k1, cfg.tab_seed), nbkt, w0 & SLOT_ALT != 0);
+            let at = (i / 2) as u32;
+            let d = at.saturating_sub(home);
+            h.max_displacement = h.max_displacement.max(d);
+            for b in home..home + d {
+                expected[b as usize] += 1;
+            }
+        }
+        for (b, want) in expected.iter().enumerate() {
+            let got = w[b * 8 + 3].load(Ordering::Acquire) >> 32;
+            h.overflow_sum += got;
+            if got != *want {
+                h.overflow_wrong += 1;
+            }
+        }
+        Ok(h)
+    }
+
+    /// The slot holding key (k0, k1) in table `tab`, searched as the data plane does.
+    fn find<V: Copy + Default>(&self, tab: usize, k0: u64, k1: u64) -> Result<Option<V>> {
+        let (map, name, keym) = match tab {
+            TAB_SESS => (&self.sess, "nx_sess", SESS_W0_KEY),
+            _ => (&self.maps, "nx_maps", MAPS_W0_KEY),
+        };
+        let cfg = self.config()?;
+        let nbkt = cfg.tab_nbkt[tab];
+        if nbkt == 0 {
+            return Ok(None);
+        }
+        let m = MmapWords::new(map, name)?;
+        let w = m.words();
+        let want = k0 | SLOT_LIVE << SLOT_CTL_SHIFT;
+        let h = tab_hash(k0, k1, cfg.tab_seed);
+        for alt in [false, true] {
+            let mut b = tab_home(h, nbkt, alt);
+            for _ in 0..TAB_PROBE {
+                for j in 0..2usize {
+                    let e = &w[(b as usize * 2 + j) * 4..][..4];
+                    let w0 = e[0].load(Ordering::Acquire);
+                    if w0 & (keym | SLOT_STATE_MASK) != want
+                        || (tab == TAB_SESS && e[1].load(Ordering::Acquire) != k1)
+                    {
+                        continue;
+                    }
+                    let mut bytes = [0u8; 32];
+                    for (i, x) in e.iter().enumerate() {
+                        bytes[i * 8..i * 8 + 8].copy_from_slice(&x.load(Ordering::Acquire).to_ne_bytes());
+                    }
+                    return Ok(Some(read_pod::<V>(&bytes)));
+                }
+                let first = &w[b as usize * 2 * 4..][..4];
+                if first[3].load(Ordering::Acquire) >> 32 == 0 {
+                    break;
+                }
+                b += 1;
+            }
+        }
+        Ok(None)
     }
 
     pub fn subscribers(&self) -> Result<Vec<(u32, nx_sub)>> {
@@ -338,11 +537,11 @@ impl Tables {
     }
 
     pub fn mapping(&self, k: &nx_map_key) -> Result<Option<nx_map>> {
-        Ok(self.maps.lookup(bytes_of(k), MapFlags::ANY).map_err(map_err("nx_maps"))?.map(|v| read_pod(&v)))
+        self.find(TAB_MAPS, map_k0(k), 0)
     }
 
     pub fn session(&self, k: &nx_sess_key) -> Result<Option<nx_sess>> {
-        Ok(self.sess.lookup(bytes_of(k), MapFlags::ANY).map_err(map_err("nx_sess"))?.map(|v| read_pod(&v)))
+        self.find(TAB_SESS, sess_k0(k), sess_k1(k))
     }
 
     /// Counters summed over CPUs, indexed by `enum nx_stat`.
@@ -381,6 +580,23 @@ impl Tables {
     }
 }
 
+/// One pass over an open-addressed table (`Tables::tab_health`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct TabHealth {
+    pub slots: u64,
+    /// LIVE slots found
+    pub live: u64,
+    /// the data plane's own count (nx_tab_cnt), which enforces the configured size
+    pub counted: u64,
+    /// buckets between an entry's home and where it lives, at most
+    pub max_displacement: u32,
+    /// sum of the buckets' overflow counts
+    pub overflow_sum: u64,
+    /// buckets whose overflow count differs from what the live entries imply (0 unless
+    /// read while entries are being inserted or deleted)
+    pub overflow_wrong: u64,
+}
+
 pub fn port_index(addr_idx: u32, proto: u8, port: u16) -> u32 {
     ((addr_idx * NPROTO + proto_idx(proto)) << 16) | port as u32
 }
@@ -402,11 +618,11 @@ impl MmapWords {
         use std::os::fd::AsRawFd;
         let info = map.info().map_err(map_err(name))?;
         let (entries, vsize) = (info.info.max_entries as usize, info.info.value_size as usize);
-        if vsize != 8 {
-            return Err(TableError::Layout { map: name, what: format!("value size {vsize}, want 8") });
+        if vsize == 0 || vsize % 8 != 0 {
+            return Err(TableError::Layout { map: name, what: format!("value size {vsize}, want a multiple of 8") });
         }
         let page = 4096usize;
-        let bytes = (entries * 8).div_ceil(page) * page;
+        let bytes = (entries * vsize).div_ceil(page) * page;
         // SAFETY: mapping a BPF array map fd created with BPF_F_MMAPABLE, shared, for its
         // whole (page-rounded) size; unmapped in Drop.
         let ptr = unsafe {
@@ -425,7 +641,7 @@ impl MmapWords {
                 what: format!("mmap failed: {}", std::io::Error::last_os_error()),
             });
         }
-        Ok(MmapWords { ptr: ptr.cast(), len: entries, bytes })
+        Ok(MmapWords { ptr: ptr.cast(), len: entries * vsize / 8, bytes })
     }
 
     pub fn words(&self) -> &[AtomicU64] {

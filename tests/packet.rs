@@ -852,6 +852,67 @@ fn full_session_table_drops_and_keeps_sessions() {
     });
 }
 
+/// The open-addressed tables filled to their configured size: one more is refused, every
+/// entry is found where user space, recomputing the data plane's hash, looks for it, the
+/// dumps see each once, the counts and every bucket's overflow count agree with the entries;
+/// expiry empties them completely (overflow counts back to 0) and the slots are reused.
+#[test]
+fn tables_fill_to_their_size_and_empty_completely() {
+    use natrix::tables::{TAB_MAPS, TAB_SESS};
+    const SUBS: u8 = 25;
+    const PER: u16 = 800;
+    let n = SUBS as u64 * PER as u64;
+    let c = short_timeouts()
+        .set("limits", "max_mappings", &n.to_string())
+        .set("limits", "max_sessions", &n.to_string())
+        .set("nat", "max_blocks_per_subscriber", "8");
+    with_env(&c, |env| {
+        let t = &env.dp.tables;
+        for s in 1..=SUBS {
+            for i in 0..PER {
+                let (v, out) = env.inside(&Pkt::udp(sub(s), 10000 + i, SERVER, 53).build());
+                assert_eq!(verdict_name(v), "XDP_REDIRECT", "flow {i} of subscriber {s}");
+                assert!(env.cfg.pool.addresses.contains(&src_ip(&out)), "flow {i} of subscriber {s}: not translated");
+            }
+        }
+        expect_refused(env, &Pkt::udp(sub(1), 20000, SERVER, 53), "table_full", "one more than the tables hold");
+        for (tab, what) in [(TAB_SESS, "sessions"), (TAB_MAPS, "mappings")] {
+            let h = t.tab_health(tab).expect("table health");
+            assert_eq!((h.live, h.counted), (n, n), "{what}: live slots and the data plane's count: {h:?}");
+            assert_eq!(h.overflow_wrong, 0, "{what}: overflow counts disagree with the entries: {h:?}");
+        }
+        let maps = env.mappings();
+        let distinct: HashSet<(u32, u16)> = maps.iter().map(|(k, _)| (k.in_ip, k.in_port)).collect();
+        assert_eq!((maps.len(), distinct.len()), (n as usize, n as usize), "each mapping dumped once");
+        for s in 1..=SUBS {
+            for i in (0..PER).step_by(7) {
+                let m = env.mapping(sub(s), 10000 + i, UDP).expect("expected the mapping found by its hash");
+                let se = env
+                    .session(sub(s), 10000 + i, SERVER, 53, UDP)
+                    .expect("expected the session found by its hash");
+                assert_eq!((se.out_ip, se.out_port), (m.out_ip, m.out_port), "session carries its mapping");
+            }
+        }
+        check_allocation(env, "full tables");
+        sleep(Duration::from_millis(2200));
+        env.sweep();
+        for (tab, what) in [(TAB_SESS, "sessions"), (TAB_MAPS, "mappings")] {
+            let h = t.tab_health(tab).expect("table health");
+            assert_eq!(
+                (h.live, h.counted, h.overflow_sum),
+                (0, 0, 0),
+                "{what}: expected empty after expiry, overflow counts 0: {h:?}"
+            );
+        }
+        for i in 0..200u16 {
+            let (v, out) = env.inside(&Pkt::udp(sub(2), 30000 + i, SERVER2, 53).build());
+            assert_eq!(verdict_name(v), "XDP_REDIRECT", "refill flow {i}");
+            assert!(env.cfg.pool.addresses.contains(&src_ip(&out)), "refill flow {i}: not translated");
+        }
+        assert_eq!(env.sessions().len(), 200, "slots reused after expiry");
+    });
+}
+
 // =============================================================================================
 // 3. Expiry
 // =============================================================================================
