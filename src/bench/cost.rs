@@ -34,7 +34,7 @@ use crate::bench_skel::fwd::NxbFwdSkelBuilder;
 use crate::config::Config;
 use crate::dataplane::{self, Dataplane, Persistence};
 use crate::expiry::{Reaper, Sweeper};
-use crate::tables::{read_pod, stat_index, STATS};
+use crate::tables::{stat_index, STATS};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CostArgs {
@@ -223,10 +223,8 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
     // UDP mappings (the first N of a dump would all sit in the first buckets: locality
     // real traffic does not have)
     let mut all = Vec::new();
-    for (k, v) in t.maps.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)? {
-        let mk: crate::skel::types::nx_map_key = read_pod(&k);
+    for (mk, m) in t.mappings()? {
         if mk.proto == 17 {
-            let m: crate::skel::types::nx_map = read_pod(&v);
             all.push((m.out_ip, m.out_port));
         }
     }
