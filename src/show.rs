@@ -88,6 +88,17 @@ pub struct Stats {
     pub blocks_in_use: u64,
     pub blocks_total: u64,
     pub ports_in_use: u64,
+    /// shape of the session and mapping tables: configured size, slots, live entries, the
+    /// longest displacement from a home bucket (bpf/nx_tab.h)
+    pub session_table: TableShape,
+    pub mapping_table: TableShape,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TableShape {
+    pub max_entries: u32,
+    #[serde(flatten)]
+    pub health: crate::tables::TabHealth,
 }
 
 pub fn stats(t: &Tables) -> Result<Stats, TableError> {
@@ -103,25 +114,44 @@ pub fn stats(t: &Tables) -> Result<Stats, TableError> {
         }
     }
     let (blocks_in_use, blocks_total, ports_in_use) = crate::expiry::usage(t)?;
+    let cfg = t.config()?;
+    let shape = |tab: usize| -> Result<TableShape, TableError> {
+        Ok(TableShape { max_entries: cfg.tab_max[tab], health: t.tab_health(tab)? })
+    };
+    let (session_table, mapping_table) = (shape(crate::tables::TAB_SESS)?, shape(crate::tables::TAB_MAPS)?);
     Ok(Stats {
         drops_total: drops.values().sum(),
         counters,
         drops,
-        sessions: t.sessions()?.len() as u64,
-        mappings: t.mappings()?.len() as u64,
+        sessions: session_table.health.live,
+        mappings: mapping_table.health.live,
         subscribers: t.subscribers()?.len() as u64,
         blocks_in_use,
         blocks_total,
         ports_in_use,
+        session_table,
+        mapping_table,
     })
 }
 
 pub fn stats_table(s: &Stats) -> String {
     let mut out = String::new();
     out += &format!(
-        "sessions {}  mappings {}  subscribers {}  blocks {}/{}  ports in use {}\n\ncounters:\n",
+        "sessions {}  mappings {}  subscribers {}  blocks {}/{}  ports in use {}\n\ntables:\n",
         s.sessions, s.mappings, s.subscribers, s.blocks_in_use, s.blocks_total, s.ports_in_use
     );
+    for (name, t) in [("sessions", &s.session_table), ("mappings", &s.mapping_table)] {
+        out += &format!(
+            "  {name:<9} {} of {} configured, {} slots ({:.0}% used), longest displacement {} bucket(s){}\n",
+            t.health.live,
+            t.max_entries,
+            t.health.slots,
+            100.0 * t.health.live as f64 / t.health.slots.max(1) as f64,
+            t.health.max_displacement,
+            if t.health.overflow_wrong > 0 { " (overflow counts changing: read during inserts)" } else { "" }
+        );
+    }
+    out += "\ncounters:\n";
     for (k, v) in &s.counters {
         out += &format!("  {k:<22} {v}\n");
     }

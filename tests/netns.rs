@@ -792,4 +792,10 @@ fn cli_json_and_human_output() {
     }
     assert!(text.contains(&format!("sessions {}", js.get("sessions"))), "{text}");
     assert!(text.contains(&format!("mappings {}", js.get("mappings"))), "{text}");
+    let tables = text.find("tables:").unwrap_or_else(|| panic!("no tables section:\n{text}"));
+    let sess_line = text[tables..].lines().find(|l| l.trim_start().starts_with("sessions")).unwrap_or("");
+    assert!(
+        sess_line.contains(&format!("sessions  {} of ", js.get("sessions"))) && sess_line.contains("longest displacement"),
+        "session table line: {sess_line:?} in\n{text}"
+    );
 }
