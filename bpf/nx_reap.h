@@ -121,7 +121,7 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			struct nx_static_map sm = a->statics[i];
 			__s64 r = nx_maps_insert(nx_map_k0(&sm.key),
 						 (__u64)sm.out_ip | (__u64)sm.out_port << 32 |
-							 (__u64)NX_MF_STATIC << 48,
+						     (__u64)NX_MF_STATIC << 48,
 						 0);
 
 			if (r >= 0 && (r & NX_TAB_NEW))

@@ -47,7 +47,7 @@
 #define NX_SLOT_STATE_MASK (3ULL << NX_SLOT_CTL_SHIFT)
 #define NX_SLOT_GEN_MASK (0x1fULL << NX_SLOT_GEN_SHIFT)
 #define NX_SLOT_ALT (1ULL << 58) /* counted from the key's second home bucket */
-#define NX_SLOT_OVF_OFF 28 /* byte offset of the overflow count in a bucket's first slot */
+#define NX_SLOT_OVF_OFF 28	 /* byte offset of the overflow count in a bucket's first slot */
 
 static __always_inline __u64 nx_sess_k0(const struct nx_sess_key *k)
 {
@@ -177,15 +177,9 @@ __noinline __u32 nx_maps_chain_find(__u32 b, __u64 want)
 	return nx_tab_chain_find(NX_TAB_MAPS, b, want, 0);
 }
 
-__noinline __u32 nx_sess_chain_free(__u32 b)
-{
-	return nx_tab_chain_free(NX_TAB_SESS, b);
-}
+__noinline __u32 nx_sess_chain_free(__u32 b) { return nx_tab_chain_free(NX_TAB_SESS, b); }
 
-__noinline __u32 nx_maps_chain_free(__u32 b)
-{
-	return nx_tab_chain_free(NX_TAB_MAPS, b);
-}
+__noinline __u32 nx_maps_chain_free(__u32 b) { return nx_tab_chain_free(NX_TAB_MAPS, b); }
 
 __noinline int nx_sess_ovf_add(__u32 b, __u32 d, int delta)
 {
@@ -249,10 +243,7 @@ static __always_inline int nx_tab_lock_take(__u32 *l)
 	return -1;
 }
 
-static __always_inline void nx_tab_lock_drop(__u32 *l)
-{
-	__sync_fetch_and_and(l, 0);
-}
+static __always_inline void nx_tab_lock_drop(__u32 *l) { __sync_fetch_and_and(l, 0); }
 
 /* Claim an EMPTY slot of bucket b for key k0 (state BUSY, next generation, alt bit).
  * Returns the slot or NX_TAB_NONE; *gen_alt gets the control bits to publish with. */
@@ -271,9 +262,8 @@ static __always_inline __u32 nx_tab_claim(const __u32 tab, __u32 b, __u64 k0, __
 		ga = ((((w & NX_SLOT_GEN_MASK) >> NX_SLOT_GEN_SHIFT) + 1) << NX_SLOT_GEN_SHIFT) &
 		     NX_SLOT_GEN_MASK;
 		ga |= alt;
-		if (__sync_val_compare_and_swap(e, w,
-						k0 | ga | ((__u64)NX_SLOT_BUSY << NX_SLOT_CTL_SHIFT)) ==
-		    w) {
+		if (__sync_val_compare_and_swap(
+			e, w, k0 | ga | ((__u64)NX_SLOT_BUSY << NX_SLOT_CTL_SHIFT)) == w) {
 			*gen_alt = ga;
 			return b * 2 + j;
 		}
@@ -414,10 +404,7 @@ __noinline int nx_sess_delete(__u32 s, __u64 k0, __u64 k1)
 	return nx_tab_delete_(NX_TAB_SESS, s, k0, k1);
 }
 
-__noinline int nx_maps_delete(__u32 s, __u64 k0)
-{
-	return nx_tab_delete_(NX_TAB_MAPS, s, k0, 0);
-}
+__noinline int nx_maps_delete(__u32 s, __u64 k0) { return nx_tab_delete_(NX_TAB_MAPS, s, k0, 0); }
 
 /* ---- typed access for the rest of the data plane ---- */
 

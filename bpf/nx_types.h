@@ -273,8 +273,8 @@ struct nx_frag_hold {
 #define NX_REAP_BATCH 64
 
 enum nx_reap_op {
-	NX_REAP_SESSIONS = 1, /* sess[] holds candidate session keys */
-	NX_REAP_MAPPINGS = 2, /* maps[] holds candidate mapping keys (nsess == 0) */
+	NX_REAP_SESSIONS = 1,  /* sess[] holds candidate session keys */
+	NX_REAP_MAPPINGS = 2,  /* maps[] holds candidate mapping keys (nsess == 0) */
 	NX_CTL_STATIC_ADD = 3, /* statics[]: add these static mappings ([[forward]]) */
 	NX_CTL_STATIC_DEL = 4, /* maps[]: delete these static mappings */
 };
@@ -351,8 +351,8 @@ enum nx_stat {
 	NX_DROP_ICMP_BAD_CHECKSUM, /* ICMP error with a bad ICMP or embedded IP checksum */
 	NX_DROP_ICMP_MALFORMED,	   /* ICMP error whose embedded packet is truncated or not IPv4 */
 	NX_DROP_MTU_EXCEEDED,	   /* too big with DF set (the sender got fragmentation needed) */
-	NX_DROP_MAP_DYING, /* its mapping was being deleted that instant: the next packet makes a
-			      new one */
+	NX_DROP_MAP_DYING,  /* its mapping was being deleted that instant: the next packet makes a
+			       new one */
 	NX_DROP_TABLE_BUSY, /* another CPU held the table's insert lock too long */
 	NX_DROP_INTERNAL,   /* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,

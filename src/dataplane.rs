@@ -219,7 +219,10 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
 /// otherwise fill one probe window and have others' new connections refused).
 pub fn random_seed() -> u32 {
     let mut b = [0u8; 4];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
         let t = crate::tables::now_ns() ^ std::process::id() as u64;
         return (t ^ (t >> 32)) as u32;
     }

@@ -391,7 +391,12 @@ impl Tables {
             if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE {
                 continue;
             }
-            let words = [w0, e[1].load(Ordering::Acquire), e[2].load(Ordering::Acquire), e[3].load(Ordering::Acquire)];
+            let words = [
+                w0,
+                e[1].load(Ordering::Acquire),
+                e[2].load(Ordering::Acquire),
+                e[3].load(Ordering::Acquire),
+            ];
             if (e[0].load(Ordering::Acquire) ^ w0) & (SLOT_STATE_MASK | SLOT_GEN_MASK) != 0 {
                 continue;
             }
@@ -619,7 +624,10 @@ impl MmapWords {
         let info = map.info().map_err(map_err(name))?;
         let (entries, vsize) = (info.info.max_entries as usize, info.info.value_size as usize);
         if vsize == 0 || vsize % 8 != 0 {
-            return Err(TableError::Layout { map: name, what: format!("value size {vsize}, want a multiple of 8") });
+            return Err(TableError::Layout {
+                map: name,
+                what: format!("value size {vsize}, want a multiple of 8"),
+            });
         }
         let page = 4096usize;
         let bytes = (entries * vsize).div_ceil(page) * page;

@@ -795,7 +795,8 @@ fn cli_json_and_human_output() {
     let tables = text.find("tables:").unwrap_or_else(|| panic!("no tables section:\n{text}"));
     let sess_line = text[tables..].lines().find(|l| l.trim_start().starts_with("sessions")).unwrap_or("");
     assert!(
-        sess_line.contains(&format!("sessions  {} of ", js.get("sessions"))) && sess_line.contains("longest displacement"),
+        sess_line.contains(&format!("sessions  {} of ", js.get("sessions")))
+            && sess_line.contains("longest displacement"),
         "session table line: {sess_line:?} in\n{text}"
     );
 }

@@ -872,10 +872,18 @@ fn tables_fill_to_their_size_and_empty_completely() {
             for i in 0..PER {
                 let (v, out) = env.inside(&Pkt::udp(sub(s), 10000 + i, SERVER, 53).build());
                 assert_eq!(verdict_name(v), "XDP_REDIRECT", "flow {i} of subscriber {s}");
-                assert!(env.cfg.pool.addresses.contains(&src_ip(&out)), "flow {i} of subscriber {s}: not translated");
+                assert!(
+                    env.cfg.pool.addresses.contains(&src_ip(&out)),
+                    "flow {i} of subscriber {s}: not translated"
+                );
             }
         }
-        expect_refused(env, &Pkt::udp(sub(1), 20000, SERVER, 53), "table_full", "one more than the tables hold");
+        expect_refused(
+            env,
+            &Pkt::udp(sub(1), 20000, SERVER, 53),
+            "table_full",
+            "one more than the tables hold",
+        );
         for (tab, what) in [(TAB_SESS, "sessions"), (TAB_MAPS, "mappings")] {
             let h = t.tab_health(tab).expect("table health");
             assert_eq!((h.live, h.counted), (n, n), "{what}: live slots and the data plane's count: {h:?}");
