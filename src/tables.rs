@@ -380,6 +380,14 @@ impl Tables {
         Ok(out)
     }
 
+    /// An open-addressed table's map, name and key bits of its first word.
+    fn tab(&self, tab: usize) -> (&MapHandle, &'static str, u64) {
+        match tab {
+            TAB_SESS => (&self.sess, "nx_sess", SESS_W0_KEY),
+            _ => (&self.maps, "nx_maps", MAPS_W0_KEY),
+        }
+    }
+
     /// Every live slot of an open-addressed table, read through mmap (no syscall per
     /// entry): each slot is read twice-checked, so a slot reused meanwhile is skipped.
     fn slots<V: Copy + Default>(map: &MapHandle, name: &'static str) -> Result<Vec<V>> {
@@ -400,11 +408,7 @@ impl Tables {
             if (e[0].load(Ordering::Acquire) ^ w0) & (SLOT_STATE_MASK | SLOT_GEN_MASK) != 0 {
                 continue;
             }
-            let mut b = [0u8; 32];
-            for (i, x) in words.iter().enumerate() {
-                b[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
-            }
-            out.push(read_pod::<V>(&b));
+            out.push(slot_value::<V>(words));
         }
         Ok(out)
     }
@@ -453,10 +457,7 @@ impl Tables {
     /// Load and shape of table `tab` (TAB_SESS or TAB_MAPS), from one pass over its slots:
     /// what `natrix stats` shows, and what the tests check the structure with.
     pub fn tab_health(&self, tab: usize) -> Result<TabHealth> {
-        let (map, name, keym) = match tab {
-            TAB_SESS => (&self.sess, "nx_sess", SESS_W0_KEY),
-            _ => (&self.maps, "nx_maps", MAPS_W0_KEY),
-        };
+        let (map, name, keym) = self.tab(tab);
         let cfg = self.config()?;
         let nbkt = cfg.tab_nbkt[tab];
         let m = MmapWords::new(map, name)?;
@@ -494,10 +495,7 @@ impl Tables {
 
     /// The slot holding key (k0, k1) in table `tab`, searched as the data plane does.
     fn find<V: Copy + Default>(&self, tab: usize, k0: u64, k1: u64) -> Result<Option<V>> {
-        let (map, name, keym) = match tab {
-            TAB_SESS => (&self.sess, "nx_sess", SESS_W0_KEY),
-            _ => (&self.maps, "nx_maps", MAPS_W0_KEY),
-        };
+        let (map, name, keym) = self.tab(tab);
         let cfg = self.config()?;
         let nbkt = cfg.tab_nbkt[tab];
         if nbkt == 0 {
@@ -518,11 +516,7 @@ impl Tables {
                     {
                         continue;
                     }
-                    let mut bytes = [0u8; 32];
-                    for (i, x) in e.iter().enumerate() {
-                        bytes[i * 8..i * 8 + 8].copy_from_slice(&x.load(Ordering::Acquire).to_ne_bytes());
-                    }
-                    return Ok(Some(read_pod::<V>(&bytes)));
+                    return Ok(Some(slot_value::<V>(std::array::from_fn(|i| e[i].load(Ordering::Acquire)))));
                 }
                 let first = &w[b as usize * 2 * 4..][..4];
                 if first[3].load(Ordering::Acquire) >> 32 == 0 {
@@ -583,6 +577,15 @@ impl Tables {
             .unwrap_or_default();
         Ok(if v.len() >= 8 { read_pod::<u64>(&v) } else { 0 })
     }
+}
+
+/// A 32-byte slot's four words as the C struct of its table.
+fn slot_value<V: Copy + Default>(words: [u64; 4]) -> V {
+    let mut b = [0u8; 32];
+    for (i, x) in words.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
+    }
+    read_pod::<V>(&b)
 }
 
 /// One pass over an open-addressed table (`Tables::tab_health`).
