@@ -272,7 +272,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 					 __u32 pidx, __u16 in_port_h)
 {
 	struct nx_slots c = {};
-	__u32 max = cfg->max_blocks;
+	__u32 max = cfg->max_blocks, top;
 	__s64 gid;
 	int port;
 
@@ -284,10 +284,22 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	c.pidx = pidx;
 	c.in_port_h = in_port_h;
 	c.word = nx_port_word(sip, in_port_h);
-	c.nslots = max;
 	c.free_slot = -1;
 	c.port = -1;
-	bpf_loop(max, nx_slots_cb, &c, 0);
+	/* Slots fill from 0 up: skip the empty ones above the newest block with a plain loop
+	 * (a few loads) rather than one callback each; the lowest of them is the slot a new
+	 * block would take if every held block is full. */
+	top = max;
+	for (__u32 i = 0; i < NX_MAX_BLOCKS_PER_SUB; i++) {
+		if (top == 0 ||
+		    *(volatile __u32 *)&sub->blocks[(top - 1) & (NX_MAX_BLOCKS_PER_SUB - 1)])
+			break;
+		top--;
+	}
+	if (top < max)
+		c.free_slot = top;
+	c.nslots = top;
+	bpf_loop(top, nx_slots_cb, &c, 0);
 	if (c.port >= 0)
 		return c.port;
 	if (c.free_slot < 0)

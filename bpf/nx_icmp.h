@@ -210,19 +210,21 @@ __noinline int nx_icmp_error_in(struct xdp_md *ctx)
 {
 	struct nx_icmp_err e = {};
 	struct nx_map_key mk = {};
-	__u32 *addr_idx, eaddr, in_ip, old;
+	struct nx_config *cfg = nx_config();
+	__u32 addr_idx, eaddr, in_ip, old;
 	__u16 eport;
 	int rc;
 
+	if (!cfg)
+		return NX_DROP_INTERNAL;
 	rc = nx_icmp_err_parse(ctx, &e);
 	if (rc)
 		return rc;
 	eaddr = e.eip->saddr;
 	eport = *e.eport_src;
-	addr_idx = bpf_map_lookup_elem(&nx_pool_idx, &eaddr);
-	if (!addr_idx)
+	if (!nx_pool_index(cfg, eaddr, &addr_idx))
 		return NX_DROP_NO_MAPPING;
-	if (!nx_outside_mapping(*addr_idx, e.eproto, eaddr, eport, &mk))
+	if (!nx_outside_mapping(addr_idx, e.eproto, eaddr, eport, &mk))
 		return NX_DROP_NO_MAPPING;
 	in_ip = mk.in_ip;
 	nx_icmp_rewrite_embedded(&e, 1, in_ip, mk.in_port);

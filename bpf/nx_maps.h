@@ -199,6 +199,32 @@ static __always_inline struct nx_config *nx_config(void)
 	return bpf_map_lookup_elem(&nx_cfg, &zero);
 }
 
+/* Whether addr (network order) is a pool address; its pool index in *idx if so. */
+static __always_inline int nx_pool_index(struct nx_config *cfg, __u32 addr, __u32 *idx)
+{
+	__u32 a = bpf_ntohl(addr), n = cfg->pool_nruns;
+	__u32 *p;
+
+	if (!n) {
+		p = bpf_map_lookup_elem(&nx_pool_idx, &addr);
+		if (!p)
+			return 0;
+		*idx = *p;
+		return 1;
+	}
+	for (__u32 i = 0; i < NX_POOL_RUNS; i++) {
+		struct nx_pool_run *r = &cfg->pool_runs[i];
+
+		if (i >= n)
+			break;
+		if (a - r->first < r->count) {
+			*idx = r->base + (a - r->first);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static __always_inline struct nx_scratch *nx_scratch_get(void)
 {
 	__u32 zero = 0;

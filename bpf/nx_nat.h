@@ -164,7 +164,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	sk.rem_port = p->dport ? *p->dport : 0;
 	sk.proto = p->proto;
 	/* An established flow: its session holds the outside endpoint, one lookup. */
-	s = nx_sess_lookup(&sk);
+	s = nx_sess_lookup_fast(cfg, &sk);
 	if (s && !(s->flags & NX_SF_PERMIT) && s->out_ip) {
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 		goto translate;
@@ -223,7 +223,7 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 	sk.in_port = mk.in_port;
 	sk.rem_port = p->proto == IPPROTO_ICMP ? 0 : *p->sport;
 	sk.proto = p->proto;
-	s = nx_sess_lookup(&sk);
+	s = nx_sess_lookup_fast(cfg, &sk);
 	/* An established flow: the session, agreeing with the port word, is enough. */
 	if (s && !(s->flags & NX_SF_PERMIT) && s->out_port == out_port &&
 	    s->out_ip == p->ip->daddr) {
@@ -355,8 +355,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	struct bpf_fib_lookup *fib;
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
-	__u32 *pool_idx = 0;
-	int rc, fib_rc = 0, too_big = 0;
+	__u32 pool_idx = 0;
+	int rc, fib_rc = 0, too_big = 0, hairpin;
 	__u32 now, dst;
 
 	nx_count(NX_STAT_RX_INSIDE);
@@ -384,9 +384,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		}
 	}
 	/* To a pool address: hairpinning, translated both ways without leaving the box. */
-	if ((dst & cfg->pool_mask) == cfg->pool_net)
-		pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
-	if (!pool_idx) {
+	hairpin = nx_pool_index(cfg, dst, &pool_idx);
+	if (!hairpin) {
 		fib_rc = nx_fib(ctx, p.ip, fib);
 		if (fib_rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 			/* Too big for the next hop. With DF the kernel must answer "fragmentation
@@ -414,7 +413,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	}
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
-	if (p.frag && pool_idx)
+	if (p.frag && hairpin)
 		return nx_drop(NX_DROP_FRAGMENT); /* hairpinned fragments: not supported */
 	if (p.frag == 2) {
 		/* a later fragment: no transport header, only the source to rewrite */
@@ -429,15 +428,15 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
 		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
 			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
-		return nx_error_out(ctx, pool_idx != 0);
+		return nx_error_out(ctx, hairpin);
 	}
 
 	now = nx_now_tick();
 	rc = nx_xlate_out(cfg, &p, now);
 	if (rc >= 0)
 		return nx_refuse(ctx, rc);
-	if (pool_idx) {
-		rc = nx_xlate_in(cfg, &p, *pool_idx, now);
+	if (hairpin) {
+		rc = nx_xlate_in(cfg, &p, pool_idx, now);
 		if (rc >= 0)
 			return nx_drop(rc);
 		return nx_finish(ctx, &p, fib);
@@ -454,21 +453,20 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	__u16 in_port;
 	struct nx_config *cfg;
 	struct nx_pkt p = {};
-	__u32 *pool_idx, dst;
+	__u32 pool_idx, dst;
 	int rc;
 
 	nx_count(NX_STAT_RX_OUTSIDE);
 	rc = nx_parse_l3(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_parse_verdict(rc);
-	/* Not for the pool: the gateway's own traffic, or routing that is not NAT. */
-	dst = p.ip->daddr;
-	pool_idx = bpf_map_lookup_elem(&nx_pool_idx, &dst);
-	if (!pool_idx)
-		return nx_pass(NX_STAT_PASS_LOCAL);
 	cfg = nx_config();
 	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
+	/* Not for the pool: the gateway's own traffic, or routing that is not NAT. */
+	dst = p.ip->daddr;
+	if (!nx_pool_index(cfg, dst, &pool_idx))
+		return nx_pass(NX_STAT_PASS_LOCAL);
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
 	fib = &scr->fib;
@@ -493,7 +491,7 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	}
 
 	now = nx_now_tick();
-	rc = nx_xlate_in_lookup(cfg, &p, *pool_idx, now, &in_ip, &in_port);
+	rc = nx_xlate_in_lookup(cfg, &p, pool_idx, now, &in_ip, &in_port);
 	if (rc >= 0)
 		return nx_drop(rc);
 	if (p.frag)

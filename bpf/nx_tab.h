@@ -423,6 +423,29 @@ static __always_inline struct nx_sess *nx_sess_lookup(const struct nx_sess_key *
 	return nx_sess_at(nx_sess_find(nx_sess_k0(k), nx_sess_k1(k)));
 }
 
+/* The same, for the per-packet lookups: the first bucket of the key's first home is
+ * checked here, inline, which is where most entries live (the placement prefers it); only
+ * a key elsewhere, or absent, pays for the calls into the full search. */
+static __always_inline struct nx_sess *nx_sess_lookup_fast(struct nx_config *cfg,
+							   const struct nx_sess_key *k)
+{
+	__u64 k0 = nx_sess_k0(k), k1 = nx_sess_k1(k);
+	__u64 want = k0 | ((__u64)NX_SLOT_LIVE << NX_SLOT_CTL_SHIFT);
+	__u32 nbkt = cfg->tab_nbkt[NX_TAB_SESS], s;
+	__u64 *e;
+
+	if (nbkt) {
+		s = nx_tab_home(nx_tab_hash(k0, k1, cfg->tab_seed), nbkt, 0) * 2;
+		e = nx_tab_slot(NX_TAB_SESS, s);
+		if (e && nx_tab_match(NX_TAB_SESS, e, want, k1))
+			return (struct nx_sess *)e;
+		e = nx_tab_slot(NX_TAB_SESS, s + 1);
+		if (e && nx_tab_match(NX_TAB_SESS, e, want, k1))
+			return (struct nx_sess *)e;
+	}
+	return nx_sess_at(nx_sess_find(k0, k1));
+}
+
 static __always_inline struct nx_map *nx_map_lookup(const struct nx_map_key *k)
 {
 	return nx_map_at(nx_maps_find(nx_map_k0(k)));

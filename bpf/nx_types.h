@@ -48,6 +48,15 @@ enum nx_filtering {
 
 /* The single entry of map nx_cfg. Written by the daemon (at start and on takeover),
  * read by every packet. Timeouts are in ticks. */
+/* A run of consecutive pool addresses: first (host order) .. first + count - 1 have pool
+ * indexes base .. base + count - 1. */
+#define NX_POOL_RUNS 8
+struct nx_pool_run {
+	__u32 first;
+	__u16 count;
+	__u16 base;
+};
+
 struct nx_config {
 	__u32 to_udp;
 	__u32 to_tcp_est;
@@ -66,18 +75,18 @@ struct nx_config {
 	__u32 max_new_per_sec; /* per-subscriber new-mapping rate, 0 = unlimited */
 	__u32 icmp_per_sec;    /* ICMP errors natrix itself sends, per CPU; 0 = none */
 	__u32 frag_timeout;    /* ticks a fragment record lives */
-	/* The smallest prefix covering the whole pool (network order): a destination outside
-	 * it cannot be a pool address and skips the nx_pool_idx lookup (hairpin check). */
-	__u32 pool_net;
-	__u32 pool_mask;
+	/* The pool as runs of consecutive addresses, in pool-index order: whether an address is
+	 * a pool address, and its index, in a few compares instead of a hash lookup on every
+	 * packet. 0 runs: the pool has more than NX_POOL_RUNS, nx_pool_idx answers. */
+	__u32 pool_nruns;
+	struct nx_pool_run pool_runs[NX_POOL_RUNS];
 	/* Geometry of the open-addressed tables (see nx_tab.h), indexed by enum nx_tab_id:
 	 * buckets of two slots, and the most entries each may hold (its configured size). */
 	__u32 tab_nbkt[2];
 	__u32 tab_max[2];
 	__u32 tab_seed; /* hash seed, chosen when the tables are created, kept on takeover */
-	__u32 pad;
 };
-nx_static_assert(sizeof(struct nx_config) == 88, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 144, "nx_config layout");
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port

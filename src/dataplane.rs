@@ -18,7 +18,9 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::config::{Config, Filtering, XdpMode};
-use crate::skel::types::{nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_reap_args, nx_static_map};
+use crate::skel::types::{
+    nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_reap_args, nx_static_map,
+};
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
 use crate::tables::{
     bytes_of, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT,
@@ -156,17 +158,37 @@ const NX_CTL_STATIC_DEL: u32 = 4;
 /// The nx_config the data plane runs with, derived from the config file.
 /// `tab_seed` is the tables' hash seed: random when they are created, the running one's on a
 /// takeover (every entry sits where that seed put it).
+/// Runs of consecutive pool addresses the data plane checks instead of a hash lookup
+/// (NX_POOL_RUNS in nx_types.h; the array in `nx_config` has this length).
+pub const NX_POOL_RUNS: usize = 8;
+
+/// The pool as runs of consecutive addresses in pool-index order: `first` (host order),
+/// `count`, `base` (pool index of `first`).
+pub fn pool_runs(addrs: &[Ipv4Addr]) -> Vec<nx_pool_run> {
+    let mut runs: Vec<nx_pool_run> = Vec::new();
+    for (i, a) in addrs.iter().enumerate() {
+        let a = u32::from(*a);
+        match runs.last_mut() {
+            Some(r) if r.first.wrapping_add(r.count as u32) == a && r.count < u16::MAX => r.count += 1,
+            _ => runs.push(nx_pool_run { first: a, count: 1, base: i as u16 }),
+        }
+    }
+    runs
+}
+
 pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     let ticks = |d: std::time::Duration| {
         let t = (d.as_nanos() >> TICK_SHIFT) as u64;
         t.clamp(1, u32::MAX as u64 / 2) as u32
     };
-    // the smallest prefix holding every pool address (host order: network, mask)
-    let covering = {
-        let v: Vec<u32> = c.pool.addresses.iter().map(|a| u32::from(*a)).collect();
-        let (lo, hi) = (v.iter().copied().min().unwrap_or(0), v.iter().copied().max().unwrap_or(0));
-        let mask = if lo == hi { u32::MAX } else { !(u32::MAX >> (lo ^ hi).leading_zeros()) };
-        (lo & mask, mask)
+    let runs = pool_runs(&c.pool.addresses);
+    let mut pool_runs_arr = [nx_pool_run::default(); NX_POOL_RUNS];
+    let pool_nruns = match runs.len() {
+        n if n <= NX_POOL_RUNS => {
+            pool_runs_arr[..n].copy_from_slice(&runs);
+            n as u32
+        }
+        _ => 0, // too many runs: the data plane asks nx_pool_idx
     };
     let mut flags = 0u32;
     if c.nat.port_parity {
@@ -203,15 +225,14 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         max_new_per_sec: c.nat.max_new_mappings_per_sec,
         icmp_per_sec: c.nat.icmp_errors_per_sec,
         frag_timeout: ticks(c.fragments.timeout),
-        pool_net: ip_be(Ipv4Addr::from(covering.0)),
-        pool_mask: ip_be(Ipv4Addr::from(covering.1)),
+        pool_nruns,
+        pool_runs: pool_runs_arr,
         tab_nbkt: [
             crate::tables::tab_buckets(c.limits.max_sessions),
             crate::tables::tab_buckets(c.limits.max_mappings),
         ],
         tab_max: [c.limits.max_sessions, c.limits.max_mappings],
         tab_seed,
-        pad: 0,
     }
 }
 
@@ -743,4 +764,48 @@ pub fn prepare_sysctls(ifaces: &[Iface]) -> Result<()> {
         warn!("net.ipv4.conf.all.rp_filter = 1 overrides the inside interfaces: packets the kernel forwards for natrix may be dropped");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn pool_runs_follow_pool_index_order() {
+        let addrs = [
+            a("203.0.113.0"),
+            a("203.0.113.1"),
+            a("203.0.113.2"),
+            a("192.0.2.7"),
+            a("192.0.2.9"),
+            a("192.0.2.10"),
+        ];
+        let r = pool_runs(&addrs);
+        let got: Vec<(u32, u16, u16)> = r.iter().map(|r| (r.first, r.count, r.base)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (u32::from(a("203.0.113.0")), 3, 0),
+                (u32::from(a("192.0.2.7")), 1, 3),
+                (u32::from(a("192.0.2.9")), 2, 4)
+            ]
+        );
+        // every address is found where its pool index says, by the data plane's rule
+        for (i, x) in addrs.iter().enumerate() {
+            let x = u32::from(*x);
+            let hit: Vec<u32> = r
+                .iter()
+                .filter(|r| x.wrapping_sub(r.first) < r.count as u32)
+                .map(|r| r.base as u32 + (x - r.first))
+                .collect();
+            assert_eq!(hit, vec![i as u32]);
+        }
+        // a descending pair is two runs, not one
+        assert_eq!(pool_runs(&[a("192.0.2.2"), a("192.0.2.1")]).len(), 2);
+        assert!(pool_runs(&[]).is_empty());
+    }
 }

@@ -653,6 +653,58 @@ fn paired_pooling_keeps_each_subscriber_on_one_address() {
     });
 }
 
+/// Whether a destination is a pool address is answered from runs of consecutive addresses
+/// in the configuration (up to 8) or, for a pool more scattered than that, from the
+/// nx_pool_idx hash. Either way every address a subscriber lands on translates both ways
+/// and reaches its subscriber through hairpinning, and an address in a gap between runs is
+/// not taken for a pool address.
+#[test]
+fn scattered_pools_translate_on_every_address() {
+    let ten: Vec<String> = (0..10).map(|i| format!("\"203.0.113.{}\"", 16 + 2 * i)).collect();
+    let cases = [
+        (
+            "3 runs",
+            r#"["203.0.113.16/30", "203.0.113.40", "192.0.2.8/31"]"#.to_string(),
+            Ipv4Addr::new(203, 0, 113, 20),
+        ),
+        ("10 runs: the hash", format!("[{}]", ten.join(", ")), Ipv4Addr::new(203, 0, 113, 17)),
+    ];
+    for (what, addrs, gap) in cases {
+        let c = cfg().set("pool", "addresses", &addrs).set("nat", "block_size", "8");
+        with_env(&c, |env| {
+            let mut used = Vec::new();
+            for n in 1..=NSUBS {
+                let p = Pkt::udp(sub(n), 40000, SERVER, 53);
+                let o = xlate_out(env, &p, None, &format!("{what}: subscriber {n} out"));
+                xlate_in(env, &reply(&p, o), (sub(n), 40000), &format!("{what}: reply to subscriber {n}"));
+                used.push(env.pool_index(o.0));
+                env.sweep(); // the next subscriber goes to the freest address
+            }
+            used.sort();
+            used.dedup();
+            assert_eq!(
+                used.len(),
+                (NSUBS as usize).min(env.cfg.pool.addresses.len()),
+                "{what}: addresses used {used:?}"
+            );
+            // hairpinning: subscriber 2 to the last subscriber's outside endpoint
+            let last = env.mapping(sub(NSUBS), 40000, 17).expect("mapping of the last subscriber");
+            let to = (ip_from_be(last.out_ip), u16::from_be(last.out_port));
+            let out = env.expect_verdict(
+                Side::Inside,
+                &Pkt::udp(sub(2), 40001, to.0, to.1).build(),
+                XDP_REDIRECT,
+                what,
+            );
+            assert_eq!(dst_ip(&out), sub(NSUBS), "{what}: hairpinned to the subscriber behind {to:?}");
+            // the gap: not a pool address, the kernel's business
+            let before = env.stats();
+            env.expect_verdict(Side::Outside, &Pkt::udp(SERVER, 53, gap, 40000).build(), XDP_PASS, what);
+            env.assert_counters(&before, &[("rx_outside", 1), ("pass_local", 1)], &format!("{what}: {gap}"));
+        });
+    }
+}
+
 /// The daemon decides where new subscribers go (addr_hint): after a sweep, the next new
 /// subscriber lands on the pool address with the most free blocks.
 #[test]
