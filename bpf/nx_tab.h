@@ -7,22 +7,27 @@
  *
  * Lookup: hash the key to its two home buckets (one of the first nbkt each; the array has
  * NX_TAB_PROBE more, so a search never wraps around) and search the chain from the first,
- * then from the second, comparing the slots' key words; a bucket whose overflow count is
- * 0 ends a chain (no entry that started before it lives beyond it). Lock-free: a slot is
+ * comparing the slots' key words; a bucket whose overflow count is 0 ends a chain (no
+ * entry that started before it lives beyond it). The chain from the second home is
+ * searched only if the first home's alt count says some key of that home lives there, so
+ * an absent key (every new connection) usually costs one chain. Lock-free: a slot is
  * matched only LIVE, and a session's second key word is confirmed by reading the control
  * byte again (the generation changes on every reuse).
  *
  * Insert: one lock per key stripe (nx_tab_locks, taken with compare-and-swap and a bounded
  * spin) makes "look for the key, then claim a slot" atomic for that key, so two CPUs
- * creating the same entry end with one. The entry goes to whichever of its two chains has
- * a free slot nearer its home (two-way linear probing: at 80% load the longest
- * displacement stays near 20 buckets where one-way probing passes 60). The slot is claimed
- * with compare-and-swap (EMPTY -> BUSY), the overflow counts of the buckets passed are
- * raised, the slot is filled and published LIVE. The per-table count (nx_tab_cnt)
- * enforces the configured size exactly: a full table refuses new entries and never evicts.
+ * creating the same entry end with one. The entry goes to its first home bucket if that has
+ * a free slot, else to whichever of its two chains has a free slot nearer its home
+ * (two-way linear probing: at 80% load the longest displacement stays near 20 buckets
+ * where one-way probing passes 60). The slot is claimed with compare-and-swap (EMPTY ->
+ * BUSY), the overflow counts of the buckets passed are raised (and the first home's alt
+ * count, for an entry in its second chain), the slot is filled and published LIVE. The per-table
+ * count (nx_tab_cnt) enforces the configured size exactly: a full table refuses new entries and
+ * never evicts.
  *
  * Delete (the reaper, a failed session create, a removed static forward): LIVE -> EMPTY
- * with compare-and-swap, then the overflow counts on the way are lowered. No tombstones.
+ * with compare-and-swap, then the overflow counts on the way (and the alt count) are
+ * lowered. No tombstones.
  *
  * As with a preallocated BPF hash map, a packet holding a pointer to an entry that the
  * reaper deletes that instant may write its timer into the slot's next tenant; the reaper
@@ -97,6 +102,16 @@ static __always_inline __u64 *nx_tab_slot(const __u32 tab, __u32 i)
 static __always_inline __u32 *nx_tab_ovf(__u64 *first_slot)
 {
 	return (__u32 *)((__u8 *)first_slot + NX_SLOT_OVF_OFF);
+}
+
+/* A bucket's alt count (the same field of its second slot): the live entries whose first
+ * home is this bucket but which live in their second chain. While it is 0 (nearly always
+ * below ~60% load) a key absent from the first chain is absent: a miss reads one home. */
+static __always_inline __u32 *nx_tab_altcnt(const __u32 tab, __u32 b)
+{
+	__u64 *e = nx_tab_slot(tab, b * 2 + 1);
+
+	return e ? (__u32 *)((__u8 *)e + NX_SLOT_OVF_OFF) : 0;
 }
 
 static __always_inline int nx_tab_match(const __u32 tab, __u64 *e, __u64 want, __u64 k1)
@@ -216,15 +231,19 @@ static __always_inline __u32 nx_tab_find_(const __u32 tab, struct nx_config *cfg
 {
 	__u32 nbkt = cfg->tab_nbkt[tab & 1];
 	__u64 want = k0 | ((__u64)NX_SLOT_LIVE << NX_SLOT_CTL_SHIFT);
+	__u32 s, home0, *alt;
 	__u64 h;
-	__u32 s;
 
 	if (!nbkt)
 		return NX_TAB_NONE;
 	h = nx_tab_hash(k0, k1, cfg->tab_seed);
-	s = nx_tab_chain_find1(tab, nx_tab_home(h, nbkt, 0), want, k1);
+	home0 = nx_tab_home(h, nbkt, 0);
+	s = nx_tab_chain_find1(tab, home0, want, k1);
 	if (s != NX_TAB_NONE)
 		return s;
+	alt = nx_tab_altcnt(tab, home0);
+	if (!alt || *(volatile __u32 *)alt == 0)
+		return NX_TAB_NONE;
 	return nx_tab_chain_find1(tab, nx_tab_home(h, nbkt, 1), want, k1);
 }
 
@@ -312,7 +331,9 @@ static __always_inline __s64 nx_tab_insert_(const __u32 tab, __u64 init0, __u64 
 	 * again, a few times */
 	for (__u32 t = 0; t < 4; t++) {
 		__u32 d0 = nx_tab_chain_free1(tab, home[0]);
-		__u32 d1 = nx_tab_chain_free1(tab, home[1]);
+		/* the second home only when the first bucket is full: lookups of absent keys
+		 * then stop after the first chain (alt count 0) */
+		__u32 d1 = d0 ? nx_tab_chain_free1(tab, home[1]) : NX_TAB_PROBE;
 
 		alt = d1 < d0;
 		d = alt ? d1 : d0;
@@ -327,8 +348,15 @@ static __always_inline __s64 nx_tab_insert_(const __u32 tab, __u64 init0, __u64 
 		__sync_fetch_and_sub(cnt, 1);
 		goto out;
 	}
-	/* every bucket passed now has one more entry living beyond it */
+	/* every bucket passed now has one more entry living beyond it; one living in its
+	 * second chain is counted at its first home, before lookups can see it */
 	nx_tab_ovf_add1(tab, home[alt & 1], d, 1);
+	if (alt) {
+		__u32 *ac = nx_tab_altcnt(tab, home[0]);
+
+		if (ac)
+			__sync_fetch_and_add(ac, 1);
+	}
 	e[1] = w1;
 	e[2] = w2;
 	*(__u32 *)(e + 3) = w3lo;
@@ -349,7 +377,7 @@ static __always_inline int nx_tab_delete_(const __u32 tab, __u32 s, __u64 k0, __
 	__u64 *e = nx_tab_slot(tab, s);
 	__u32 ti = tab, nbkt, home;
 	__u32 *cnt;
-	__u64 w;
+	__u64 w, h;
 
 	if (!cfg || !e)
 		return 0;
@@ -367,9 +395,16 @@ static __always_inline int nx_tab_delete_(const __u32 tab, __u32 s, __u64 k0, __
 		__sync_fetch_and_sub(cnt, 1);
 	if (!nbkt)
 		return 1;
-	home = nx_tab_home(nx_tab_hash(k0, k1, cfg->tab_seed), nbkt, !!(w & NX_SLOT_ALT));
+	h = nx_tab_hash(k0, k1, cfg->tab_seed);
+	home = nx_tab_home(h, nbkt, !!(w & NX_SLOT_ALT));
 	if (s / 2 > home)
 		nx_tab_ovf_add1(tab, home, s / 2 - home, -1);
+	if (w & NX_SLOT_ALT) {
+		__u32 *ac = nx_tab_altcnt(tab, nx_tab_home(h, nbkt, 0));
+
+		if (ac)
+			__sync_fetch_and_sub(ac, 1);
+	}
 	return 1;
 }
 

@@ -130,7 +130,9 @@ struct nx_sub {
  * key's two home buckets it counts from in bit 2, a generation counter in bits 7..3 that
  * changes whenever the slot is reused. The last 4 bytes of a
  * bucket's first slot count the entries that live beyond this bucket but started their
- * search before it (a lookup stops at a bucket whose count is 0). */
+ * search before it (a lookup stops at a bucket whose count is 0); those of its second slot
+ * count the entries whose first home is this bucket but which live in their second chain
+ * (0: a key not found in the first chain is not there). */
 enum nx_tab_id {
 	NX_TAB_SESS = 0,
 	NX_TAB_MAPS = 1,

@@ -468,6 +468,7 @@ impl Tables {
             ..Default::default()
         };
         let mut expected = vec![0u64; w.len() / 8];
+        let mut alt_expected = vec![0u64; w.len() / 8];
         for (i, e) in w.chunks_exact(4).enumerate() {
             let w0 = e[0].load(Ordering::Acquire);
             if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE || nbkt == 0 {
@@ -475,7 +476,11 @@ impl Tables {
             }
             h.live += 1;
             let k1 = if tab == TAB_SESS { e[1].load(Ordering::Acquire) } else { 0 };
-            let home = tab_home(tab_hash(w0 & keym, k1, cfg.tab_seed), nbkt, w0 & SLOT_ALT != 0);
+            let hash = tab_hash(w0 & keym, k1, cfg.tab_seed);
+            let home = tab_home(hash, nbkt, w0 & SLOT_ALT != 0);
+            if w0 & SLOT_ALT != 0 {
+                alt_expected[tab_home(hash, nbkt, false) as usize] += 1;
+            }
             let at = (i / 2) as u32;
             let d = at.saturating_sub(home);
             h.max_displacement = h.max_displacement.max(d);
@@ -483,11 +488,16 @@ impl Tables {
                 expected[b as usize] += 1;
             }
         }
-        for (b, want) in expected.iter().enumerate() {
+        for (b, (want, alt_want)) in expected.iter().zip(&alt_expected).enumerate() {
             let got = w[b * 8 + 3].load(Ordering::Acquire) >> 32;
             h.overflow_sum += got;
             if got != *want {
                 h.overflow_wrong += 1;
+            }
+            let alt = w[b * 8 + 7].load(Ordering::Acquire) >> 32;
+            h.alt_sum += alt;
+            if alt != *alt_want {
+                h.alt_wrong += 1;
             }
         }
         Ok(h)
@@ -603,6 +613,11 @@ pub struct TabHealth {
     /// buckets whose overflow count differs from what the live entries imply (0 unless
     /// read while entries are being inserted or deleted)
     pub overflow_wrong: u64,
+    /// sum of the buckets' alt counts: entries living in their second chain
+    pub alt_sum: u64,
+    /// buckets whose alt count differs from what the live entries imply (0 unless read
+    /// while entries are being inserted or deleted)
+    pub alt_wrong: u64,
 }
 
 pub fn port_index(addr_idx: u32, proto: u8, port: u16) -> u32 {

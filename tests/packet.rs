@@ -940,6 +940,11 @@ fn tables_fill_to_their_size_and_empty_completely() {
             let h = t.tab_health(tab).expect("table health");
             assert_eq!((h.live, h.counted), (n, n), "{what}: live slots and the data plane's count: {h:?}");
             assert_eq!(h.overflow_wrong, 0, "{what}: overflow counts disagree with the entries: {h:?}");
+            assert_eq!(h.alt_wrong, 0, "{what}: alt counts disagree with the entries: {h:?}");
+            assert!(
+                h.alt_sum > 0,
+                "{what}: at full size some entries must live in their second chain: {h:?}"
+            );
         }
         let maps = env.mappings();
         let distinct: HashSet<(u32, u16)> = maps.iter().map(|(k, _)| (k.in_ip, k.in_port)).collect();
@@ -953,15 +958,36 @@ fn tables_fill_to_their_size_and_empty_completely() {
                 assert_eq!((se.out_ip, se.out_port), (m.out_ip, m.out_port), "session carries its mapping");
             }
         }
+        // and the data plane finds every one of them again, in either chain: the same
+        // outside endpoint, nothing created, nothing refused
+        let before = env.stats();
+        for s in 1..=SUBS {
+            for i in 0..PER {
+                let (v, out) = env.inside(&Pkt::udp(sub(s), 10000 + i, SERVER, 53).build());
+                let m = env.mapping(sub(s), 10000 + i, UDP).expect("mapping");
+                assert_eq!(verdict_name(v), "XDP_REDIRECT", "again: flow {i} of subscriber {s}");
+                assert_eq!(
+                    (src_ip(&out), sport(&out)),
+                    (ip_from_be(m.out_ip), u16::from_be(m.out_port)),
+                    "again: flow {i} of subscriber {s}"
+                );
+            }
+        }
+        let n_again = SUBS as u64 * PER as u64;
+        env.assert_counters(
+            &before,
+            &[("rx_inside", n_again), ("translated_out", n_again), ("redirected", n_again)],
+            "every entry of full tables found again",
+        );
         check_allocation(env, "full tables");
         sleep(Duration::from_millis(2200));
         env.sweep();
         for (tab, what) in [(TAB_SESS, "sessions"), (TAB_MAPS, "mappings")] {
             let h = t.tab_health(tab).expect("table health");
             assert_eq!(
-                (h.live, h.counted, h.overflow_sum),
-                (0, 0, 0),
-                "{what}: expected empty after expiry, overflow counts 0: {h:?}"
+                (h.live, h.counted, h.overflow_sum, h.alt_sum),
+                (0, 0, 0, 0),
+                "{what}: expected empty after expiry, overflow and alt counts 0: {h:?}"
             );
         }
         for i in 0..200u16 {
