@@ -5,8 +5,8 @@
  * RFC 4787 REQ-2 / RFC 6888 REQ-2). Ports are claimed with a compare-and-swap on their word
  * in nx_ports, blocks with a compare-and-swap on their word in nx_blocks: two CPUs can race
  * for the same port or block and exactly one wins; the loser moves on. The search starts at
- * a random offset (RFC 6056 spirit) and preserves parity (RFC 4787 REQ-5), falling back to
- * the other parity only when no port of the right parity is left.
+ * a random offset with a random odd step (RFC 6056 spirit) and preserves parity (RFC 4787 REQ-5),
+ * falling back to the other parity only when no port of the right parity is left.
  *
  * Work per packet is bounded: at most max_blocks blocks of block_size ports, plus one
  * block scan of one pool address for a new block. Release (expiry, hold-down, returning
@@ -37,23 +37,45 @@ static __always_inline __u64 nx_port_word(__u32 in_ip, __u16 in_port_h)
 
 /* ---- claiming one port inside one block ---- */
 struct nx_pscan {
-	__u32 base;  /* nx_ports index of the block's first port */
-	__u32 half;  /* candidates of one parity: block_size / 2 */
-	__u32 start; /* first candidate, 0 .. half-1 */
-	__u32 par;   /* offset parity to try (0/1) */
-	__u64 word;  /* value to store */
-	__s32 found; /* offset in block, or -1 */
+	__u32 base;   /* nx_ports index of the block's first port */
+	__u32 half;   /* candidates of one parity: block_size / 2 */
+	__u32 start;  /* first candidate, 0 .. half-1 */
+	__u32 stride; /* odd step when half is a power of two (mask != 0), else 1 */
+	__u32 mask;   /* half - 1 when half is a power of two, else 0 */
+	__u32 par;    /* offset parity to try (0/1) */
+	__u64 word;   /* value to store */
+	__s32 found;  /* offset in block, or -1 */
 };
+
+/* Where a scan starts and how it steps. A random odd step visits every candidate of a
+ * power-of-two half once, like a linear scan, but claimed ports do not pile up into one
+ * run that every later scan must cross (linear probing's clustering): a block k% full
+ * costs about 1/(1-k) probes, not a walk over the run. */
+static __always_inline void nx_pscan_init(struct nx_pscan *s, __u32 half)
+{
+	__u32 r = bpf_get_prandom_u32();
+
+	s->half = half;
+	s->start = r % half;
+	s->mask = (half & (half - 1)) == 0 ? half - 1 : 0;
+	s->stride = s->mask ? ((r >> 16) | 1) & s->mask : 1;
+	if (!s->stride)
+		s->stride = 1;
+}
 
 static long nx_pscan_cb(__u64 i, void *vctx)
 {
 	struct nx_pscan *s = vctx;
-	__u32 k = s->start + (__u32)i;
-	__u32 idx;
+	__u32 k, idx;
 	__u64 *w;
 
-	if (k >= s->half)
-		k -= s->half;
+	if (s->mask) {
+		k = (s->start + (__u32)i * s->stride) & s->mask;
+	} else {
+		k = s->start + (__u32)i;
+		if (k >= s->half)
+			k -= s->half;
+	}
 	idx = s->base + 2 * k + s->par;
 	w = bpf_map_lookup_elem(&nx_ports, &idx);
 	if (!w)
@@ -83,8 +105,7 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 
 	addr_idx = gid / bpa;
 	first = cfg->port_lo + (gid - addr_idx * bpa) * bs;
 	s.base = nx_port_index(addr_idx, pidx, first);
-	s.half = bs / 2;
-	s.start = bpf_get_prandom_u32() % s.half;
+	nx_pscan_init(&s, bs / 2);
 	s.word = word;
 	s.found = -1;
 	/* parity of the offset that gives an outside port of the inside port's parity */
@@ -398,8 +419,7 @@ static __always_inline int nx_alloc_low_port(struct nx_config *cfg, struct nx_su
 	struct nx_pscan s;
 
 	s.base = nx_port_index(sub->addr_idx, pidx, 1); /* offset k is port 1 + k */
-	s.half = 511; /* ports 1..1022 in pairs; 1023 is left unused */
-	s.start = bpf_get_prandom_u32() % s.half;
+	nx_pscan_init(&s, 511); /* ports 1..1022 in pairs; 1023 is left unused */
 	s.word = nx_port_word(sip, in_port_h);
 	s.found = -1;
 	/* offset parity p gives ports of parity !p */
