@@ -58,9 +58,8 @@ static __always_inline void nx_pscan_init(struct nx_pscan *s, __u32 half)
 	s->half = half;
 	s->start = r % half;
 	s->mask = (half & (half - 1)) == 0 ? half - 1 : 0;
+	/* odd, so never 0; from bits of r the start did not use */
 	s->stride = s->mask ? ((r >> 16) | 1) & s->mask : 1;
-	if (!s->stride)
-		s->stride = 1;
 }
 
 static long nx_pscan_cb(__u64 i, void *vctx)
