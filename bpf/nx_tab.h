@@ -467,17 +467,24 @@ static __always_inline struct nx_sess *nx_sess_lookup_fast(struct nx_config *cfg
 	__u64 k0 = nx_sess_k0(k), k1 = nx_sess_k1(k);
 	__u64 want = k0 | ((__u64)NX_SLOT_LIVE << NX_SLOT_CTL_SHIFT);
 	__u32 nbkt = cfg->tab_nbkt[NX_TAB_SESS], s;
-	__u64 *e;
+	__u64 *e0, *e1;
 
-	if (nbkt) {
-		s = nx_tab_home(nx_tab_hash(k0, k1, cfg->tab_seed), nbkt, 0) * 2;
-		e = nx_tab_slot(NX_TAB_SESS, s);
-		if (e && nx_tab_match(NX_TAB_SESS, e, want, k1))
-			return (struct nx_sess *)e;
-		e = nx_tab_slot(NX_TAB_SESS, s + 1);
-		if (e && nx_tab_match(NX_TAB_SESS, e, want, k1))
-			return (struct nx_sess *)e;
-	}
+	if (!nbkt)
+		return 0;
+	s = nx_tab_home(nx_tab_hash(k0, k1, cfg->tab_seed), nbkt, 0) * 2;
+	e0 = nx_tab_slot(NX_TAB_SESS, s);
+	e1 = nx_tab_slot(NX_TAB_SESS, s + 1);
+	if (!e0 || !e1)
+		return 0;
+	if (nx_tab_match(NX_TAB_SESS, e0, want, k1))
+		return (struct nx_sess *)e0;
+	if (nx_tab_match(NX_TAB_SESS, e1, want, k1))
+		return (struct nx_sess *)e1;
+	/* nothing overflowed past this bucket and nothing of this home lives in its second
+	 * chain: absent, decided on the line already read (a new connection, mostly) */
+	if (*(volatile __u32 *)nx_tab_ovf(e0) == 0 &&
+	    *(volatile __u32 *)((__u8 *)e1 + NX_SLOT_OVF_OFF) == 0)
+		return 0;
 	return nx_sess_at(nx_sess_find(k0, k1));
 }
 
