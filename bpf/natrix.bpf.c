@@ -28,6 +28,16 @@ int nx_reap(void *ctx)
 	return nx_reap_batch(args);
 }
 
+/* Run by the daemon (BPF_PROG_RUN) to relate the packet path's clock to CLOCK_MONOTONIC:
+ * both read at the same moment, into the context it passes (struct nx_clock). */
+SEC("syscall")
+int nx_clock(struct nx_clock *c)
+{
+	c->jiffies = bpf_jiffies64();
+	c->mono_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
 /* Anchors that put the shared types into the skeleton's BTF-generated Rust types. */
 struct nx_config nx_btf_config SEC(".bss");
 struct nx_sub nx_btf_sub SEC(".bss");
@@ -36,6 +46,7 @@ struct nx_map nx_btf_map SEC(".bss");
 struct nx_sess_key nx_btf_sess_key SEC(".bss");
 struct nx_sess nx_btf_sess SEC(".bss");
 struct nx_reap_args nx_btf_reap SEC(".bss");
+struct nx_clock nx_btf_clock SEC(".bss");
 struct nx_iface nx_btf_iface SEC(".bss");
 struct nx_lpm_key nx_btf_lpm_key SEC(".bss");
 enum nx_stat nx_btf_stat SEC(".bss");

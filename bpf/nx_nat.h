@@ -431,7 +431,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		return nx_error_out(ctx, hairpin);
 	}
 
-	now = nx_now_tick();
+	now = nx_now_tick(cfg);
 	rc = nx_xlate_out(cfg, &p, now);
 	if (rc >= 0)
 		return nx_refuse(ctx, rc);
@@ -471,7 +471,7 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 		return nx_pass(NX_STAT_PASS_TTL);
 	fib = &scr->fib;
 	if (rc == NX_PARSE_FRAGMENT) {
-		rc = nx_frag_in(ctx, &p, nx_now_tick());
+		rc = nx_frag_in(ctx, &p, nx_now_tick(cfg));
 		if (rc == XDP_DROP)
 			return XDP_DROP; /* held for the daemon, counted */
 		if (rc >= 0)
@@ -490,7 +490,7 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 		return nx_forward_ctx(ctx);
 	}
 
-	now = nx_now_tick();
+	now = nx_now_tick(cfg);
 	rc = nx_xlate_in_lookup(cfg, &p, pool_idx, now, &in_ip, &in_port);
 	if (rc >= 0)
 		return nx_drop(rc);

@@ -19,10 +19,23 @@
 #define NX_PORTS_PER_ADDR 65536
 #define NX_NPROTO 3
 
-/* Time on the fast path is a 32-bit tick of 2^24 ns (~16.8 ms) taken from
- * bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC): no division per packet, and 2^32 ticks
- * are 2.3 years, far beyond any timeout. */
+/* Time is a 32-bit tick of 2^24 ns (~16.8 ms) of CLOCK_MONOTONIC: no division per packet,
+ * and 2^32 ticks are 2.3 years, far beyond any timeout. The daemon and the reaper read
+ * CLOCK_MONOTONIC itself. The packet path reads the kernel's jiffies instead, a single load
+ * once the verifier inlines bpf_jiffies64 (bpf_ktime_get_coarse_ns cost 10-15 ns a packet),
+ * and converts them with two constants the daemon measures at start (struct nx_clock):
+ *   tick = (u32)((jiffies * clk_mult) >> 32) + clk_off
+ * with clk_mult = TICK_NSEC << (32 - NX_TICK_SHIFT) (TICK_NSEC: ns per jiffy, 10^9 / HZ),
+ * clk_off chosen so that the result is CLOCK_MONOTONIC >> NX_TICK_SHIFT within one tick.
+ * The product may wrap past 2^64: its bits 63..32 still are the tick modulo 2^32. */
 #define NX_TICK_SHIFT 24
+
+/* What nx_clock (a syscall program) reports: the same moment on both clocks, from which
+ * the daemon learns HZ and clk_off. */
+struct nx_clock {
+	__u64 jiffies;
+	__u64 mono_ns;
+};
 
 /* Index of a protocol in per-protocol tables (outside port array, counters). */
 enum nx_proto_idx {
@@ -85,8 +98,13 @@ struct nx_config {
 	__u32 tab_nbkt[2];
 	__u32 tab_max[2];
 	__u32 tab_seed; /* hash seed, chosen when the tables are created, kept on takeover */
+	/* The packet path's clock (see NX_TICK_SHIFT): measured when the tables are created,
+	 * kept on takeover (the relation of jiffies to CLOCK_MONOTONIC is fixed until reboot). */
+	__u64 clk_mult; /* TICK_NSEC << (32 - NX_TICK_SHIFT) */
+	__u32 clk_off;
+	__u32 clk_hz; /* the kernel's HZ, for information */
 };
-nx_static_assert(sizeof(struct nx_config) == 144, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 160, "nx_config layout");
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port

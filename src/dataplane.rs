@@ -13,17 +13,17 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags};
+use libbpf_rs::{Link, MapCore, MapFlags, ProgramInput};
 use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::config::{Config, Filtering, XdpMode};
 use crate::skel::types::{
-    nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_reap_args, nx_static_map,
+    nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_reap_args, nx_static_map,
 };
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
 use crate::tables::{
-    bytes_of, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT,
+    bytes_of, read_pod, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT,
 };
 
 /// Values of `enum nx_iface_role`.
@@ -82,6 +82,8 @@ pub enum DataplaneError {
     Incompatible { pin: String, what: String },
     #[error(transparent)]
     Table(#[from] crate::tables::TableError),
+    #[error(transparent)]
+    Clock(#[from] crate::clock::ClockError),
 }
 
 type Result<T> = std::result::Result<T, DataplaneError>;
@@ -233,6 +235,10 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         ],
         tab_max: [c.limits.max_sessions, c.limits.max_mappings],
         tab_seed,
+        // measured by `Dataplane::configure` (crate::clock)
+        clk_mult: 0,
+        clk_off: 0,
+        clk_hz: 0,
     }
 }
 
@@ -424,9 +430,13 @@ impl Dataplane {
         let t = &self.tables;
         let mut hint = 0;
         let mut seed = random_seed();
+        let mut clock = None;
         if self.took_over {
             let old = t.config()?;
             seed = old.tab_seed;
+            if old.clk_mult != 0 {
+                clock = Some(crate::clock::DpClock { hz: old.clk_hz, mult: old.clk_mult, off: old.clk_off });
+            }
             let pool = t.pool()?;
             let pin = self.pin_display();
             if pool != cfg.pool.addresses {
@@ -450,10 +460,28 @@ impl Dataplane {
                     .map_err(bpf("filling nx_pool_idx"))?;
             }
         }
-        t.write_config(&nx_config_from(cfg, hint, seed))?;
+        let clock = match clock {
+            Some(c) => c,
+            None => crate::clock::calibrate(|| self.read_clock())?,
+        };
+        let mut c = nx_config_from(cfg, hint, seed);
+        (c.clk_hz, c.clk_mult, c.clk_off) = (clock.hz, clock.mult, clock.off);
+        t.write_config(&c)?;
         self.set_exclusions(cfg)?;
         self.install_forwards(cfg)?;
         self.set_interfaces(ifaces)
+    }
+
+    /// jiffies and CLOCK_MONOTONIC at one moment, read by the `nx_clock` program.
+    pub fn read_clock(&self) -> Result<crate::clock::Sample> {
+        let mut ctx = [0u8; std::mem::size_of::<nx_clock>()];
+        self.skel
+            .progs
+            .nx_clock
+            .test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })
+            .map_err(bpf("running nx_clock"))?;
+        let c: nx_clock = read_pod(&ctx);
+        Ok(crate::clock::Sample { jiffies: c.jiffies, mono_ns: c.mono_ns })
     }
 
     /// `[[exclude]]` prefixes into the LPM trie (this program instance's own map: filled

@@ -1080,6 +1080,30 @@ fn inbound_to_an_expired_mapping_is_no_mapping() {
     });
 }
 
+/// The packet path counts time in jiffies, the daemon and the reaper in CLOCK_MONOTONIC
+/// (src/clock.rs): a session created now must expire one UDP timeout from now on the
+/// daemon's clock, within a tick (16.8 ms), or timeouts would be off by the difference.
+#[test]
+fn packet_path_clock_agrees_with_the_daemons() {
+    with_env(&cfg(), |env| {
+        let c = env.dp.tables.config().expect("config");
+        assert!(natrix::clock::HZ_CHOICES.contains(&c.clk_hz), "HZ {} measured at start", c.clk_hz);
+        for i in 0..8u16 {
+            let before = natrix::tables::now_tick();
+            xlate_out(env, &Pkt::udp(sub(1), 40000 + i, SERVER, 53), None, "UDP out");
+            let after = natrix::tables::now_tick();
+            let s = env.session(sub(1), 40000 + i, SERVER, 53, UDP).expect("session");
+            let born = s.expire.wrapping_sub(c.to_udp);
+            assert!(
+                born.wrapping_sub(before) as i32 >= -1 && after.wrapping_sub(born) as i32 >= -1,
+                "packet {i}: created at tick {born} on the packet path, between {before} and {after} \
+                 on CLOCK_MONOTONIC"
+            );
+            sleep(Duration::from_millis(37));
+        }
+    });
+}
+
 /// RFC 4787 REQ-6: outbound traffic refreshes the session. A packet at 0.8 s of a 1 s
 /// timeout must carry the session past a sweep at 1.3 s.
 #[test]
