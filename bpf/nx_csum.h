@@ -33,24 +33,34 @@ static __always_inline void nx_csum_replace2(__u16 *sum, __u16 from, __u16 to)
 	*sum = nx_csum_fold(c);
 }
 
-/* UDP: a zero checksum means "none" and stays zero (RFC 768); a computed zero is sent
- * as 0xffff. */
-static __always_inline void nx_udp_csum_replace4(__u16 *sum, __u32 from, __u32 to)
+/* Several fields changed at once: the unfolded sum of their differences, applied to each
+ * checksum that covers them with one fold (the same result as replacing them one by one). */
+static __always_inline __u32 nx_csum_diff4(__u32 from, __u32 to)
 {
-	if (*sum == 0)
-		return;
-	nx_csum_replace4(sum, from, to);
-	if (*sum == 0)
-		*sum = 0xffff;
+	from = ~from;
+	return (from & 0xffff) + (from >> 16) + (to & 0xffff) + (to >> 16);
 }
 
-static __always_inline void nx_udp_csum_replace2(__u16 *sum, __u16 from, __u16 to)
+static __always_inline __u32 nx_csum_diff2(__u16 from, __u16 to)
 {
-	if (*sum == 0)
+	return (__u32)(__u16)~from + to;
+}
+
+static __always_inline void nx_csum_apply(__u16 *sum, __u32 diff)
+{
+	*sum = nx_csum_fold((__u32)(__u16) ~*sum + diff);
+}
+
+/* UDP: a zero checksum means "none" and stays zero (RFC 768); a computed zero is sent
+ * as 0xffff. */
+static __always_inline void nx_udp_csum_apply(__u16 *sum, __u32 diff)
+{
+	__u16 c = *sum;
+
+	if (c == 0)
 		return;
-	nx_csum_replace2(sum, from, to);
-	if (*sum == 0)
-		*sum = 0xffff;
+	c = nx_csum_fold((__u32)(__u16)~c + diff);
+	*sum = c ? c : 0xffff;
 }
 
 #endif /* NX_CSUM_H */

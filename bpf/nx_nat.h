@@ -22,7 +22,7 @@ static __always_inline void nx_rewrite(struct nx_pkt *p, int dir, __u32 new_ip, 
 	struct iphdr *ip = p->ip;
 	__u32 *addr = dir == NX_DIR_OUT ? &ip->saddr : &ip->daddr;
 	__be16 *port = dir == NX_DIR_OUT ? p->sport : p->dport;
-	__u32 old_ip = *addr;
+	__u32 old_ip = *addr, d_ip;
 	__u16 old_port;
 
 	if (p->proto == IPPROTO_ICMP)
@@ -30,18 +30,17 @@ static __always_inline void nx_rewrite(struct nx_pkt *p, int dir, __u32 new_ip, 
 	old_port = *port;
 	*addr = new_ip;
 	*port = new_port;
-	nx_csum_replace4(&ip->check, old_ip, new_ip);
+	d_ip = nx_csum_diff4(old_ip, new_ip);
+	nx_csum_apply(&ip->check, d_ip);
 	switch (p->proto) {
 	case IPPROTO_TCP:
-		nx_csum_replace4(p->l4_csum, old_ip, new_ip);
-		nx_csum_replace2(p->l4_csum, old_port, new_port);
+		nx_csum_apply(p->l4_csum, d_ip + nx_csum_diff2(old_port, new_port));
 		break;
 	case IPPROTO_UDP:
-		nx_udp_csum_replace4(p->l4_csum, old_ip, new_ip);
-		nx_udp_csum_replace2(p->l4_csum, old_port, new_port);
+		nx_udp_csum_apply(p->l4_csum, d_ip + nx_csum_diff2(old_port, new_port));
 		break;
 	default:
-		nx_csum_replace2(p->l4_csum, old_port, new_port);
+		nx_csum_apply(p->l4_csum, nx_csum_diff2(old_port, new_port));
 		break;
 	}
 }
