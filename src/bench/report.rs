@@ -246,10 +246,23 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
                 detail: format!("natrix/forwarder per packet: {detail}"),
             });
         }
-        let vals: Vec<(u64, f64)> =
-            costs.iter().map(|(n, ns)| (*n, ns["est_out"][mode].as_f64().unwrap_or(f64::NAN))).collect();
+        // Flatness is judged on natrix's cost relative to the forwarder timed in the same
+        // window: each session count is a separate instance measured minutes apart, and
+        // this machine's speed drifts by more than 20% over that (the stateless forwarder
+        // itself moves that much). The raw figures are shown beside it.
+        let at = |ns: &Value, who: &str| ns[who][mode].as_f64().unwrap_or(f64::NAN);
+        let vals: Vec<(u64, f64, f64, f64)> = costs
+            .iter()
+            .map(|(n, ns)| (*n, at(ns, "est_out") / at(ns, "fwd"), at(ns, "est_out"), at(ns, "fwd")))
+            .collect();
         if let (Some(first), true) = (vals.first(), vals.len() > 1) {
-            let dev = vals.iter().map(|(_, v)| (v / first.1 - 1.0).abs()).fold(0.0, f64::max);
+            let rel = |v: f64, base: f64| v / base - 1.0;
+            let signed_max = |f: &dyn Fn(&(u64, f64, f64, f64)) -> f64| {
+                vals.iter().map(f).fold(0.0, |a: f64, b| if b.abs() > a.abs() { b } else { a })
+            };
+            let dev = signed_max(&|v| rel(v.1, first.1));
+            let raw_dev = signed_max(&|v| rel(v.2, first.2));
+            let fwd_dev = signed_max(&|v| rel(v.3, first.3));
             t.push(Target {
                 name: format!(
                     "established cost flat from {} to {} sessions ({mode} flows)",
@@ -258,20 +271,15 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
                 ),
                 want: "±20%".into(),
                 got: format!(
-                    "{:+.0}% at most",
-                    100.0
-                        * vals.iter().map(|(_, v)| v / first.1 - 1.0).fold(0.0, |a: f64, b| {
-                            if b.abs() > a.abs() {
-                                b
-                            } else {
-                                a
-                            }
-                        })
+                    "{:+.0}% at most relative to the forwarder ({:+.0}% in raw ns, the forwarder's own {:+.0}%)",
+                    100.0 * dev,
+                    100.0 * raw_dev,
+                    100.0 * fwd_dev
                 ),
-                met: dev <= 0.2,
+                met: dev.abs() <= 0.2,
                 detail: vals
                     .iter()
-                    .map(|(n, v)| format!("{}: {v:.0} ns", human(*n)))
+                    .map(|(n, r, v, f)| format!("{}: {} ({v:.0}/{f:.0} ns)", human(*n), fmt_ratio(*r)))
                     .collect::<Vec<_>>()
                     .join(", "),
             });
