@@ -39,6 +39,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// One session count of `bench cost`: (sessions, natrix/forwarder, natrix ns, forwarder ns).
+type CostPoint = (u64, f64, f64, f64);
+
 /// One end-to-end configuration, its rounds reduced to medians.
 #[derive(Debug, Clone, Serialize)]
 pub struct E2e {
@@ -251,13 +254,13 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
         // this machine's speed drifts by more than 20% over that (the stateless forwarder
         // itself moves that much). The raw figures are shown beside it.
         let at = |ns: &Value, who: &str| ns[who][mode].as_f64().unwrap_or(f64::NAN);
-        let vals: Vec<(u64, f64, f64, f64)> = costs
+        let vals: Vec<CostPoint> = costs
             .iter()
             .map(|(n, ns)| (*n, at(ns, "est_out") / at(ns, "fwd"), at(ns, "est_out"), at(ns, "fwd")))
             .collect();
         if let (Some(first), true) = (vals.first(), vals.len() > 1) {
             let rel = |v: f64, base: f64| v / base - 1.0;
-            let signed_max = |f: &dyn Fn(&(u64, f64, f64, f64)) -> f64| {
+            let signed_max = |f: &dyn Fn(&CostPoint) -> f64| {
                 vals.iter().map(f).fold(0.0, |a: f64, b| if b.abs() > a.abs() { b } else { a })
             };
             let dev = signed_max(&|v| rel(v.1, first.1));
