@@ -14,27 +14,6 @@ static __always_inline __u16 nx_csum_fold(__u32 c)
 	return (__u16)~c;
 }
 
-static __always_inline void nx_csum_replace4(__u16 *sum, __u32 from, __u32 to)
-{
-	__u32 c = (__u16) ~*sum;
-
-	from = ~from;
-	c += (from & 0xffff) + (from >> 16);
-	c += (to & 0xffff) + (to >> 16);
-	*sum = nx_csum_fold(c);
-}
-
-static __always_inline void nx_csum_replace2(__u16 *sum, __u16 from, __u16 to)
-{
-	__u32 c = (__u16) ~*sum;
-
-	c += (__u16)~from;
-	c += to;
-	*sum = nx_csum_fold(c);
-}
-
-/* Several fields changed at once: the unfolded sum of their differences, applied to each
- * checksum that covers them with one fold (the same result as replacing them one by one). */
 static __always_inline __u32 nx_csum_diff4(__u32 from, __u32 to)
 {
 	from = ~from;
@@ -46,9 +25,21 @@ static __always_inline __u32 nx_csum_diff2(__u16 from, __u16 to)
 	return (__u32)(__u16)~from + to;
 }
 
+/* Add an unfolded difference (several fields' summed, if they changed together) to a
+ * checksum with one fold: the same result as replacing the fields one by one. */
 static __always_inline void nx_csum_apply(__u16 *sum, __u32 diff)
 {
 	*sum = nx_csum_fold((__u32)(__u16) ~*sum + diff);
+}
+
+static __always_inline void nx_csum_replace4(__u16 *sum, __u32 from, __u32 to)
+{
+	nx_csum_apply(sum, nx_csum_diff4(from, to));
+}
+
+static __always_inline void nx_csum_replace2(__u16 *sum, __u16 from, __u16 to)
+{
+	nx_csum_apply(sum, nx_csum_diff2(from, to));
 }
 
 /* UDP: a zero checksum means "none" and stays zero (RFC 768); a computed zero is sent
