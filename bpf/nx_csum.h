@@ -46,12 +46,11 @@ static __always_inline void nx_csum_replace2(__u16 *sum, __u16 from, __u16 to)
  * as 0xffff. */
 static __always_inline void nx_udp_csum_apply(__u16 *sum, __u32 diff)
 {
-	__u16 c = *sum;
-
-	if (c == 0)
+	if (*sum == 0)
 		return;
-	c = nx_csum_fold((__u32)(__u16)~c + diff);
-	*sum = c ? c : 0xffff;
+	nx_csum_apply(sum, diff);
+	if (*sum == 0)
+		*sum = 0xffff;
 }
 
 #endif /* NX_CSUM_H */
