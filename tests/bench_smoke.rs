@@ -65,6 +65,15 @@ fn bench_smoke_runs_and_reports() {
         let v = c["ns"][k]["hot"].as_f64().unwrap();
         assert!(v.is_finite() && v > 0.0, "cost {k}: {v}");
     }
+    // the memory floors ran, over a table as large as natrix's session table (1.25 slots
+    // per session, two to a line) and the same in 504-line chunks
+    let lines = c["ns"]["fwd_mem"]["lines"].as_u64().unwrap();
+    assert!(lines >= 1000 * 5 / 8, "floor table of {lines} lines for 1000 sessions");
+    assert_eq!(c["ns"]["fwd_chunk"]["chunks"].as_u64().unwrap(), lines.div_ceil(504));
+    for k in ["fwd_mem", "fwd_chunk"] {
+        let v = c["ns"][k]["random"].as_f64().unwrap();
+        assert!(v.is_finite() && v > 0.0, "cost {k}: {v}");
+    }
     assert!(c["memory"]["bytes_per_session"].as_f64().unwrap() > 0.0);
     assert!(c["memory"]["per_map"]["nx_sess"].as_u64().unwrap() > 0);
     assert!(res["alloc"]["points"].as_array().is_some_and(|p| !p.is_empty()), "allocation curve");

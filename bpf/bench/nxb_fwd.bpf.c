@@ -3,6 +3,15 @@
  * IPv4, ask the kernel's FIB for the next hop, decrement the TTL, set the MACs, redirect
  * through a devmap (bulk transmission, as natrix does). No checksum verification, no
  * counters, no state. Anything it cannot forward goes to the kernel.
+ *
+ * And the floor of any gateway that keeps per-flow state (nxb_fwd_mem, nxb_fwd_chunk): the
+ * same forwarder, plus one read of the 64-byte line a hash of the packet's addresses and
+ * ports selects in a table as large as natrix's session table, the value then used in
+ * the frame, as a NAT uses its session. With random flows over a table far larger than
+ * the caches, that read is a cache miss (and a TLB miss) no table layout can avoid.
+ * nxb_mem is an mmapable array like natrix's tables (vmalloc, 4 KiB pages); nxb_chunks
+ * holds the same lines in arrays small enough (32 KiB) for the kernel to take them from
+ * its linear map (huge pages): the difference is what the page walks cost.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -17,6 +26,10 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* Sizes of the two tables (set before loading). */
+const volatile __u32 nxb_mem_lines = 1;
+const volatile __u32 nxb_chunk_count = 1;
+
 /* ifindex -> ifindex: the interfaces it may transmit on. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
@@ -25,8 +38,65 @@ struct {
 	__type(value, __u32);
 } nxb_tx SEC(".maps");
 
-SEC("xdp")
-int nxb_fwd(struct xdp_md *ctx)
+/* One cache line of a table. */
+struct nxb_line {
+	__u64 w[8];
+};
+
+/* Lines per chunk: struct bpf_array's 312-byte header plus the lines must stay within
+ * 32 KiB (PAGE_SIZE << PAGE_ALLOC_COSTLY_ORDER), the largest map the kernel kmallocs. */
+#define NXB_CHUNK_LINES 504
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* set from user space: natrix's session table, in lines */
+	__type(key, __u32);
+	__type(value, struct nxb_line);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} nxb_mem SEC(".maps");
+
+struct nxb_chunk {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NXB_CHUNK_LINES);
+	__type(key, __u32);
+	__type(value, struct nxb_line);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1); /* set from user space: chunks */
+	__type(key, __u32);
+	__array(values, struct nxb_chunk);
+} nxb_chunks SEC(".maps");
+
+enum { NXB_TAB_NONE, NXB_TAB_FLAT, NXB_TAB_CHUNKED };
+
+/* The line for this packet's flow: its addresses and ports mixed (as natrix hashes a
+ * session key), mapped onto the table. */
+static __always_inline struct nxb_line *nxb_flow_line(struct iphdr *ip, void *end, int tab)
+{
+	__u32 *ports = (void *)(ip + 1), i, c;
+	void *chunk;
+	__u64 h;
+
+	if ((void *)(ports + 1) > end)
+		return 0;
+	h = ((__u64)ip->saddr << 32 | ip->daddr) * 0x9e3779b97f4a7c15ULL;
+	h ^= (__u64)*ports * 0xc2b2ae3d27d4eb4fULL;
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 32;
+	if (tab == NXB_TAB_FLAT) {
+		i = (__u32)(((h >> 32) * nxb_mem_lines) >> 32);
+		return bpf_map_lookup_elem(&nxb_mem, &i);
+	}
+	c = (__u32)(((h >> 32) * nxb_chunk_count) >> 32);
+	i = (__u32)(((h & 0xffffffffULL) * NXB_CHUNK_LINES) >> 32);
+	chunk = bpf_map_lookup_elem(&nxb_chunks, &c);
+	return chunk ? bpf_map_lookup_elem(chunk, &i) : 0;
+}
+
+static __always_inline int nxb_forward(struct xdp_md *ctx, int tab)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -39,6 +109,15 @@ int nxb_fwd(struct xdp_md *ctx)
 		return XDP_PASS;
 	if (ip->ttl <= 1)
 		return XDP_PASS; /* the kernel sends "time exceeded" */
+	if (tab != NXB_TAB_NONE) {
+		struct nxb_line *l = nxb_flow_line(ip, end, tab);
+
+		if (!l)
+			return XDP_PASS;
+		/* the packet depends on the line, as a translation depends on its session
+		 * (the table holds zeros: the identification field does not change) */
+		ip->id ^= (__u16)l->w[0];
+	}
 	fib.family = AF_INET;
 	fib.tos = ip->tos;
 	fib.l4_protocol = ip->protocol;
@@ -57,3 +136,12 @@ int nxb_fwd(struct xdp_md *ctx)
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	return bpf_redirect_map(&nxb_tx, fib.ifindex, XDP_PASS);
 }
+
+SEC("xdp")
+int nxb_fwd(struct xdp_md *ctx) { return nxb_forward(ctx, NXB_TAB_NONE); }
+
+SEC("xdp")
+int nxb_fwd_mem(struct xdp_md *ctx) { return nxb_forward(ctx, NXB_TAB_FLAT); }
+
+SEC("xdp")
+int nxb_fwd_chunk(struct xdp_md *ctx) { return nxb_forward(ctx, NXB_TAB_CHUNKED); }

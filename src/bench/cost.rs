@@ -211,13 +211,26 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
     let hot = FlowSpec { mode: Mode::Cycle, flows: 1, ..base.clone() };
     let rnd = FlowSpec { mode: Mode::Random, flows: plan.udp, ..base.clone() };
 
-    // the floor: the minimal forwarder, same packets, same FIB
+    // the floors: the minimal forwarder, same packets, same FIB; and the same plus one
+    // line of a table as large as natrix's session table (nxb_fwd.bpf.c), laid out flat
+    // as natrix's tables are, and in 32 KiB chunks from the kernel's linear map
+    let lines = (dp.skel.maps.nx_sess.max_entries() / 2).max(1);
+    let chunks = lines.div_ceil(CHUNK_LINES);
     let mut fstore = std::mem::MaybeUninit::uninit();
-    let fskel = NxbFwdSkelBuilder::default().open(&mut fstore)?.load().context("loading the forwarder")?;
+    let mut fopen = NxbFwdSkelBuilder::default().open(&mut fstore)?;
+    fopen.maps.nxb_mem.set_max_entries(lines).context("sizing nxb_mem")?;
+    fopen.maps.nxb_chunks.set_max_entries(chunks).context("sizing nxb_chunks")?;
+    let ro = fopen.maps.rodata_data.as_deref_mut().context("the forwarder's read-only data")?;
+    ro.nxb_mem_lines = lines;
+    ro.nxb_chunk_count = chunks;
+    let fskel = fopen.load().context("loading the forwarder")?;
     for i in [in_if, out_if] {
         fskel.maps.nxb_tx.update(&i.to_ne_bytes(), &i.to_ne_bytes(), MapFlags::ANY)?;
     }
+    fill_chunks(&fskel.maps.nxb_chunks, chunks)?;
     let fwd_fd = fskel.progs.nxb_fwd.as_fd().as_raw_fd();
+    let fwd_mem_fd = fskel.progs.nxb_fwd_mem.as_fd().as_raw_fd();
+    let fwd_chunk_fd = fskel.progs.nxb_fwd_chunk.as_fd().as_raw_fd();
 
     // inbound: to the outside endpoints natrix handed out, an evenly strided sample of all
     // UDP mappings (the first N of a dump would all sit in the first buckets: locality
@@ -258,6 +271,9 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         ("nop_icmp_rnd", None, &icmp_rnd, in_if),
         ("fwd_hot", Some(fwd_fd), &hot, in_if),
         ("fwd_rnd", Some(fwd_fd), &rnd, in_if),
+        ("fwd_mem_hot", Some(fwd_mem_fd), &hot, in_if),
+        ("fwd_mem_rnd", Some(fwd_mem_fd), &rnd, in_if),
+        ("fwd_chunk_rnd", Some(fwd_chunk_fd), &rnd, in_if),
         ("out_hot", Some(inside_fd), &hot, in_if),
         ("out_rnd", Some(inside_fd), &rnd, in_if),
         ("tcp_rnd", Some(inside_fd), &tcp_rnd, in_if),
@@ -284,6 +300,9 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         (med("nop_hot"), med("nop_rnd"), med("nop_in_hot"), med("nop_in_rnd"));
     let fwd_hot = med("fwd_hot") - nop_hot;
     let fwd_rnd = med("fwd_rnd") - nop_rnd;
+    let fwd_mem_hot = med("fwd_mem_hot") - nop_hot;
+    let fwd_mem_rnd = med("fwd_mem_rnd") - nop_rnd;
+    let fwd_chunk_rnd = med("fwd_chunk_rnd") - nop_rnd;
     let out_hot = med("out_hot") - nop_hot;
     let out_rnd = med("out_rnd") - nop_rnd;
     let tcp_out_rnd = med("tcp_rnd") - med("nop_tcp_rnd");
@@ -357,6 +376,8 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         "harness_ns": {"hot": nop_hot, "random": nop_rnd, "in_hot": nop_in_hot, "in_random": nop_in_rnd},
         "ns": {
             "fwd": {"hot": fwd_hot, "random": fwd_rnd},
+            "fwd_mem": {"hot": fwd_mem_hot, "random": fwd_mem_rnd, "lines": lines},
+            "fwd_chunk": {"random": fwd_chunk_rnd, "chunks": chunks},
             "est_out": {"hot": out_hot, "random": out_rnd},
             "est_out_tcp": {"random": tcp_out_rnd},
             "est_in": {"hot": in_hot, "random": in_rnd},
@@ -401,6 +422,43 @@ pub fn run(a: &CostArgs) -> Result<()> {
 }
 
 const ALLOC_STEP: u64 = 256;
+
+/// Lines of one nxb_chunks array (NXB_CHUNK_LINES in nxb_fwd.bpf.c).
+const CHUNK_LINES: u32 = 504;
+
+/// Gives the forwarder's chunked table its `chunks` arrays. Batched: every single update
+/// of a map-in-map waits for an RCU grace period (milliseconds), one per batch does not.
+fn fill_chunks(outer: &libbpf_rs::Map<'_>, chunks: u32) -> Result<()> {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        ..Default::default()
+    };
+    let mut next = 0u32;
+    while next < chunks {
+        let n = (chunks - next).min(1024);
+        let mut held = Vec::with_capacity(n as usize);
+        let (mut keys, mut vals) = (Vec::new(), Vec::new());
+        for k in next..next + n {
+            let m = libbpf_rs::MapHandle::create(
+                libbpf_rs::MapType::Array,
+                Some("nxb_chunk"),
+                4,
+                64,
+                CHUNK_LINES,
+                &opts,
+            )
+            .context("creating a chunk of the forwarder's table")?;
+            keys.extend_from_slice(&k.to_ne_bytes());
+            vals.extend_from_slice(&(m.as_fd().as_raw_fd() as u32).to_ne_bytes());
+            held.push(m);
+        }
+        outer
+            .update_batch(&keys, &vals, n, MapFlags::ANY, MapFlags::ANY)
+            .context("putting the chunks into nxb_chunks")?;
+        next += n;
+    }
+    Ok(())
+}
 
 /// New-flow cost against how many mappings one subscriber already holds: natrix's
 /// allocator scans the subscriber's blocks in slot order, a full block end to end.
