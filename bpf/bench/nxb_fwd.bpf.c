@@ -4,14 +4,15 @@
  * through a devmap (bulk transmission, as natrix does). No checksum verification, no
  * counters, no state. Anything it cannot forward goes to the kernel.
  *
- * And the floor of any gateway that keeps per-flow state (nxb_fwd_mem, nxb_fwd_chunk): the
- * same forwarder, plus one read of the 64-byte line a hash of the packet's addresses and
- * ports selects in a table as large as natrix's session table, the value then used in
- * the frame, as a NAT uses its session. With random flows over a table far larger than
- * the caches, that read is a cache miss (and a TLB miss) no table layout can avoid.
- * nxb_mem is an mmapable array like natrix's tables (vmalloc, 4 KiB pages); nxb_chunks
- * holds the same lines in arrays small enough (32 KiB) for the kernel to take them from
- * its linear map (huge pages): the difference is what the page walks cost.
+ * And the memory floor of a gateway that keeps per-flow state and handles one packet at a
+ * time, as XDP does (nxb_fwd_mem, nxb_fwd_chunk): the same forwarder, plus one read of the
+ * 64-byte line a hash of the packet's addresses and ports selects in a table as large as
+ * natrix's session table, the value then used in the frame, as a NAT uses its session.
+ * With random flows over a table far larger than the caches, that read is a cache miss no
+ * table layout avoids. nxb_mem is an mmapable array like natrix's tables (vmalloc, 4 KiB
+ * pages: a TLB miss and a page walk as well); nxb_chunks holds the same number of lines in
+ * arrays small enough (32 KiB) for the kernel to take them from its linear map (huge
+ * pages): the difference is what the page walks cost.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -43,8 +44,10 @@ struct nxb_line {
 	__u64 w[8];
 };
 
-/* Lines per chunk: struct bpf_array's 312-byte header plus the lines must stay within
- * 32 KiB (PAGE_SIZE << PAGE_ALLOC_COSTLY_ORDER), the largest map the kernel kmallocs. */
+/* Lines per chunk: struct bpf_array's header (312 bytes on this kernel; 504 lines leave room
+ * for up to 512) plus the lines must stay within 32 KiB (PAGE_SIZE <<
+ * PAGE_ALLOC_COSTLY_ORDER), the largest map the kernel kmallocs. The header puts the
+ * lines 56 bytes past a cache-line boundary: a line spans two, of which w[0] touches one. */
 #define NXB_CHUNK_LINES 504
 
 struct {

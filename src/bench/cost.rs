@@ -202,6 +202,8 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         h.run(&FlowSpec { flow_base: plan.subs, ..base.clone() }, in_if, (plan.udp - plan.subs) as u32)?;
     let tcp_fill = h.run(&FlowSpec { proto: Proto::Tcp, ..base.clone() }, in_if, plan.tcp as u32)?;
     let fill_secs = t_fill.elapsed().as_secs_f64();
+    // natrix's own growth, before the floors' tables exist
+    let mem_delta_kib = sys::mem_used_kib()?.saturating_sub(mem0);
     let st = t.stats()?;
     let d = drops(&st);
     let created = st[stat_index("sessions_created").expect("counter")];
@@ -349,7 +351,6 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
             per_map.insert(name, bytes);
         }
     }
-    let mem_delta_kib = sys::mem_used_kib()?.saturating_sub(mem0);
 
     // ---- the daemon's sweep at this size (nothing expires: timeouts are minutes)
     let mut sweeper = Sweeper::new(t)?;
@@ -423,11 +424,15 @@ pub fn run(a: &CostArgs) -> Result<()> {
 
 const ALLOC_STEP: u64 = 256;
 
-/// Lines of one nxb_chunks array (NXB_CHUNK_LINES in nxb_fwd.bpf.c).
+/// Lines of one nxb_chunks array (NXB_CHUNK_LINES in nxb_fwd.bpf.c): with struct
+/// bpf_array's header (312 bytes on this kernel, 512 allowed for) within 32 KiB.
 const CHUNK_LINES: u32 = 504;
 
-/// Gives the forwarder's chunked table its `chunks` arrays. Batched: every single update
-/// of a map-in-map waits for an RCU grace period (milliseconds), one per batch does not.
+/// Gives the forwarder's chunked table its `chunks` arrays, and checks that every slot holds
+/// one (a lookup in an empty slot would make the program pass the packet early, cheaper,
+/// and only the last run's verdict is checked). Batched: every single update of a
+/// map-in-map waits for an RCU grace period (milliseconds), one per batch does not; 256 at
+/// a time stays well inside the usual limit of 1024 open files.
 fn fill_chunks(outer: &libbpf_rs::Map<'_>, chunks: u32) -> Result<()> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
@@ -435,7 +440,7 @@ fn fill_chunks(outer: &libbpf_rs::Map<'_>, chunks: u32) -> Result<()> {
     };
     let mut next = 0u32;
     while next < chunks {
-        let n = (chunks - next).min(1024);
+        let n = (chunks - next).min(256);
         let mut held = Vec::with_capacity(n as usize);
         let (mut keys, mut vals) = (Vec::new(), Vec::new());
         for k in next..next + n {
@@ -456,6 +461,12 @@ fn fill_chunks(outer: &libbpf_rs::Map<'_>, chunks: u32) -> Result<()> {
             .update_batch(&keys, &vals, n, MapFlags::ANY, MapFlags::ANY)
             .context("putting the chunks into nxb_chunks")?;
         next += n;
+    }
+    for k in 0..chunks {
+        ensure!(
+            outer.lookup(&k.to_ne_bytes(), MapFlags::ANY)?.is_some(),
+            "nxb_chunks slot {k} of {chunks} is empty"
+        );
     }
     Ok(())
 }

@@ -529,7 +529,7 @@ fn markdown(
         }
         if cost.iter().any(|c| c["ns"]["fwd_mem"]["random"].is_number()) {
             let _ = writeln!(m, "\n### Random flows against the memory floor (ns, BPF_PROG_TEST_RUN)\n");
-            let _ = writeln!(m, "The floor: the forwarder plus one read of the 64-byte line a hash of the flow selects in a table as large as natrix's session table, used in the frame (`nxb_fwd_mem`). No gateway that keeps per-flow state in memory can do less per packet of a random flow. The last column is the same read with the table in 32 KiB arrays the kernel takes from its linear map (huge pages), `nxb_fwd_chunk`.\n");
+            let _ = writeln!(m, "The floor: the forwarder plus one read of the 64-byte line a hash of the flow selects in a table as large as natrix's session table, on 4 KiB pages as natrix's tables are, used in the frame (`nxb_fwd_mem`). A gateway that keeps per-flow state in memory and handles one packet at a time, as XDP does, cannot do less per packet of a random flow with tables laid out this way. The last column is the same read with the table in 32 KiB arrays the kernel takes from its linear map (huge pages, `nxb_fwd_chunk`): the cache miss stays, most of the page walk goes.\n");
             let _ = writeln!(m, "| live sessions | forwarder | floor | floor / forwarder | natrix outbound | natrix above the floor | natrix / floor | floor, linear map |\n|---|---|---|---|---|---|---|---|");
             for c in cost {
                 let n = &c["ns"];
