@@ -7,7 +7,7 @@
 #   BENCH_QUICK=1   about a minute: one round, fewer sizes and scales
 #   BENCH_SMOKE=1   seconds: what tests/bench_smoke.rs runs (docs are not touched)
 #   BENCH_OUT=DIR   results directory (default bench-results)
-#   BENCH_ROUNDS=N  rounds of the end-to-end part (default 3)
+#   BENCH_ROUNDS=N  rounds of the end-to-end part (default 5)
 #
 # Topology (one veth pair per hop, all in namespaces this script creates and removes):
 #
@@ -43,9 +43,9 @@ elif ((QUICK)); then
 	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=4096
 	NEWFLOW_TABLE=2000000
 else
-	ROUNDS=${BENCH_ROUNDS:-3} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix nft kernel xdpfwd"
+	ROUNDS=${BENCH_ROUNDS:-5} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix nft kernel xdpfwd"
 	SCALES="1 1000 100000 1000000 10000000"
-	COST_SESSIONS=1000,1000000,10000000 COST_REPS=3 COST_REPEAT=500000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=8192
+	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=500000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=8192
 	NEWFLOW_TABLE=4000000 # new-flow runs: 2 s at < 1M setups/s, plus the profile window
 fi
 MAX_SCALE=$(tr ' ' '\n' <<<"$SCALES" | sort -n | tail -1)
