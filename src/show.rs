@@ -142,11 +142,12 @@ pub fn stats_table(s: &Stats) -> String {
     );
     for (name, t) in [("sessions", &s.session_table), ("mappings", &s.mapping_table)] {
         out += &format!(
-            "  {name:<9} {} of {} configured, {} slots ({:.0}% used), longest displacement {} bucket(s){}\n",
+            "  {name:<9} {} of {} configured, {} slots ({:.0}% used), {} away from their first home bucket, longest displacement {} bucket(s){}\n",
             t.health.live,
             t.max_entries,
             t.health.slots,
             100.0 * t.health.live as f64 / t.health.slots.max(1) as f64,
+            t.health.away,
             t.health.max_displacement,
             if t.health.overflow_wrong > 0 { " (overflow counts changing: read during inserts)" } else { "" }
         );

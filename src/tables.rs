@@ -483,6 +483,12 @@ impl Tables {
             }
             let at = (i / 2) as u32;
             let d = at.saturating_sub(home);
+            let p = proto_idx((w0 >> if tab == TAB_SESS { 32 } else { 48 }) as u8) as usize;
+            h.live_by_proto[p] += 1;
+            if w0 & SLOT_ALT != 0 || d > 0 {
+                h.away += 1;
+                h.away_by_proto[p] += 1;
+            }
             h.max_displacement = h.max_displacement.max(d);
             for b in home..home + d {
                 expected[b as usize] += 1;
@@ -608,6 +614,13 @@ pub struct TabHealth {
     pub counted: u64,
     /// buckets between an entry's home and where it lives, at most
     pub max_displacement: u32,
+    /// live entries not in their first home bucket: a lookup of one of them reads a
+    /// second cache line (the per-packet check reads only the first)
+    pub away: u64,
+    /// live entries by protocol (TCP, UDP, ICMP)
+    pub live_by_proto: [u64; 3],
+    /// `away` by protocol (TCP, UDP, ICMP)
+    pub away_by_proto: [u64; 3],
     /// sum of the buckets' overflow counts
     pub overflow_sum: u64,
     /// buckets whose overflow count differs from what the live entries imply (0 unless

@@ -945,6 +945,11 @@ fn tables_fill_to_their_size_and_empty_completely() {
                 h.alt_sum > 0,
                 "{what}: at full size some entries must live in their second chain: {h:?}"
             );
+            // every entry in its second chain is away from its first home, and so are some
+            // displaced within the first; all of these flows are UDP
+            assert!(h.away >= h.alt_sum && h.away < h.live, "{what}: entries away from home: {h:?}");
+            assert_eq!(h.live_by_proto, [0, n, 0], "{what}: live entries by protocol: {h:?}");
+            assert_eq!(h.away_by_proto, [0, h.away, 0], "{what}: away entries by protocol: {h:?}");
         }
         let maps = env.mappings();
         let distinct: HashSet<(u32, u16)> = maps.iter().map(|(k, _)| (k.in_ip, k.in_port)).collect();
@@ -985,8 +990,8 @@ fn tables_fill_to_their_size_and_empty_completely() {
         for (tab, what) in [(TAB_SESS, "sessions"), (TAB_MAPS, "mappings")] {
             let h = t.tab_health(tab).expect("table health");
             assert_eq!(
-                (h.live, h.counted, h.overflow_sum, h.alt_sum),
-                (0, 0, 0, 0),
+                (h.live, h.counted, h.overflow_sum, h.alt_sum, h.away),
+                (0, 0, 0, 0, 0),
                 "{what}: expected empty after expiry, overflow and alt counts 0: {h:?}"
             );
         }

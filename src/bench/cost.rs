@@ -204,6 +204,8 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
     let fill_secs = t_fill.elapsed().as_secs_f64();
     // natrix's own growth, before the floors' tables exist
     let mem_delta_kib = sys::mem_used_kib()?.saturating_sub(mem0);
+    // the session table's shape: entries a lookup finds only on a second line, by protocol
+    let sess_health = t.tab_health(crate::tables::TAB_SESS)?;
     let st = t.stats()?;
     let d = drops(&st);
     let created = st[stat_index("sessions_created").expect("counter")];
@@ -391,6 +393,7 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
             "per_map": per_map,
             "mem_used_delta_kib": mem_delta_kib,
         },
+        "sess_table": sess_health,
         "sweep_secs": sweep_secs,
         "seen_by_daemon": {"sessions": seen_sessions, "mappings": seen_mappings},
     });
