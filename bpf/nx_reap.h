@@ -17,7 +17,8 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, __u32 slot, str
 {
 	__u32 out_ip = m->out_ip;
 	__u16 out_port = bpf_ntohs(m->out_port);
-	__u32 *addr_idx, idx;
+	struct nx_config *cfg = nx_config();
+	__u32 addr_idx, idx;
 	__u64 *pw;
 
 	if (m->flags & NX_MF_STATIC)
@@ -28,18 +29,15 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, __u32 slot, str
 		return 0;
 	if (!nx_maps_delete(slot, nx_map_k0(mk)))
 		return 0;
-	addr_idx = bpf_map_lookup_elem(&nx_pool_idx, &out_ip);
-	if (!addr_idx)
+	if (!cfg || !nx_pool_index(cfg, out_ip, &addr_idx))
 		return 1;
-	idx = nx_port_index(*addr_idx, nx_proto_idx(mk->proto), out_port);
+	idx = nx_port_index(addr_idx, nx_proto_idx(mk->proto), out_port);
 	pw = bpf_map_lookup_elem(&nx_ports, &idx);
 	if (pw && __sync_val_compare_and_swap(pw, nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)),
 					      (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s) ==
 		      nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port))) {
-		struct nx_config *cfg = nx_config();
-
 		/* a port-class port: the subscriber holds one fewer (see nx_alloc_low_port) */
-		if (cfg && out_port < cfg->port_lo) {
+		if (out_port < cfg->port_lo) {
 			__u32 sip = mk->in_ip;
 			struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
 

@@ -59,8 +59,6 @@ enum nx_filtering {
 	NX_FILTER_APDF = 2, /* address-and-port-dependent */
 };
 
-/* The single entry of map nx_cfg. Written by the daemon (at start and on takeover),
- * read by every packet. Timeouts are in ticks. */
 /* A run of consecutive pool addresses: first (host order) .. first + count - 1 have pool
  * indexes base .. base + count - 1. */
 #define NX_POOL_RUNS 8
@@ -70,6 +68,8 @@ struct nx_pool_run {
 	__u16 base;
 };
 
+/* The single entry of map nx_cfg. Written by the daemon (at start and on takeover),
+ * read by every packet. Timeouts are in ticks. */
 struct nx_config {
 	__u32 to_udp;
 	__u32 to_tcp_est;

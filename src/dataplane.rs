@@ -157,9 +157,6 @@ pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
 const NX_CTL_STATIC_ADD: u32 = 3;
 const NX_CTL_STATIC_DEL: u32 = 4;
 
-/// The nx_config the data plane runs with, derived from the config file.
-/// `tab_seed` is the tables' hash seed: random when they are created, the running one's on a
-/// takeover (every entry sits where that seed put it).
 /// Runs of consecutive pool addresses the data plane checks instead of a hash lookup
 /// (NX_POOL_RUNS in nx_types.h; the array in `nx_config` has this length).
 pub const NX_POOL_RUNS: usize = 8;
@@ -178,6 +175,9 @@ pub fn pool_runs(addrs: &[Ipv4Addr]) -> Vec<nx_pool_run> {
     runs
 }
 
+/// The nx_config the data plane runs with, derived from the config file.
+/// `tab_seed` is the tables' hash seed: random when they are created, the running one's on a
+/// takeover (every entry sits where that seed put it).
 pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     let ticks = |d: std::time::Duration| {
         let t = (d.as_nanos() >> TICK_SHIFT) as u64;
