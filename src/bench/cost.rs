@@ -14,7 +14,9 @@
 //! Timing: every number is the median of `reps` test runs of `repeat` packets each, minus
 //! the harness' own cost in the same mode (nxb_nop behind it). "hot" sends one flow over
 //! and over (everything in L1); "random" picks a uniformly random live flow per packet, so
-//! table accesses miss the caches as they do under real load.
+//! table accesses miss the caches as they do under real load. The instances of all session
+//! counts are prepared first and timed in turn, case by case, in every repetition: the
+//! sizes are compared within the same minutes, not across this machine's drift.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
@@ -30,7 +32,7 @@ use tracing::info;
 use super::flow::{Dir, FlowSpec, Mode, Proto, TcpFlags};
 use super::harness::Harness;
 use super::sys;
-use crate::bench_skel::fwd::NxbFwdSkelBuilder;
+use crate::bench_skel::fwd::{NxbFwdSkel, NxbFwdSkelBuilder};
 use crate::config::Config;
 use crate::dataplane::{self, Dataplane, Persistence};
 use crate::expiry::{Reaper, Sweeper};
@@ -158,7 +160,33 @@ fn drops(st: &[u64]) -> BTreeMap<&'static str, u64> {
         .collect()
 }
 
-fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
+/// One timed case: name, program behind the harness (None: the harness alone), packets,
+/// ingress interface.
+type Case = (&'static str, Option<i32>, FlowSpec, u32);
+
+/// One natrix instance sized for `plan.sessions`, filled, with its floors loaded and its
+/// cases ready to time. All instances of a run are prepared before any is timed, so that
+/// the timing can go round all of them (see `run`).
+struct Inst {
+    plan: Plan,
+    dp: Dataplane,
+    /// the forwarder and its memory floors, kept loaded for the cases
+    _fskel: NxbFwdSkel<'static>,
+    h: Harness,
+    in_if: u32,
+    base: FlowSpec,
+    cases: Vec<Case>,
+    samples: BTreeMap<&'static str, Vec<f64>>,
+    lines: u32,
+    chunks: u32,
+    load_secs: f64,
+    fill_secs: f64,
+    fill_ns: (f64, f64),
+    mem_delta_kib: u64,
+    sess_health: crate::tables::TabHealth,
+}
+
+fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     let plan = Plan::new(n)?;
     info!(?plan, "cost: loading natrix with private maps");
     let cfg = plan.config(&a.inside, &a.outside)?;
@@ -220,8 +248,10 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
     // as natrix's tables are, and in 32 KiB chunks from the kernel's linear map
     let lines = (dp.skel.maps.nx_sess.max_entries() / 2).max(1);
     let chunks = lines.div_ceil(CHUNK_LINES);
-    let mut fstore = std::mem::MaybeUninit::uninit();
-    let mut fopen = NxbFwdSkelBuilder::default().open(&mut fstore)?;
+    // 'static as natrix's own skeleton: the instance lives until the end of the run
+    let fstore: &'static mut std::mem::MaybeUninit<libbpf_rs::OpenObject> =
+        Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
+    let mut fopen = NxbFwdSkelBuilder::default().open(fstore)?;
     fopen.maps.nxb_mem.set_max_entries(lines).context("sizing nxb_mem")?;
     fopen.maps.nxb_chunks.set_max_entries(chunks).context("sizing nxb_chunks")?;
     let ro = fopen.maps.rodata_data.as_deref_mut().context("the forwarder's read-only data")?;
@@ -262,43 +292,83 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         ..base.clone()
     };
 
-    // Every case once per repetition, in turn: a slow phase of the machine (another
-    // tenant, a timer storm) then hits all of them alike instead of one. Each program
-    // case has its own harness-only case with the same packets, subtracted below.
-    type Case<'a> = (&'static str, Option<i32>, &'a FlowSpec, u32);
-    let cases: Vec<Case<'_>> = vec![
-        ("nop_hot", None, &hot, in_if),
-        ("nop_rnd", None, &rnd, in_if),
-        ("nop_tcp_rnd", None, &tcp_rnd, in_if),
-        ("nop_in_hot", None, &in_hot, out_if),
-        ("nop_in_rnd", None, &in_rnd, out_if),
-        ("nop_icmp_rnd", None, &icmp_rnd, in_if),
-        ("fwd_hot", Some(fwd_fd), &hot, in_if),
-        ("fwd_rnd", Some(fwd_fd), &rnd, in_if),
-        ("fwd_mem_hot", Some(fwd_mem_fd), &hot, in_if),
-        ("fwd_mem_rnd", Some(fwd_mem_fd), &rnd, in_if),
-        ("fwd_chunk_rnd", Some(fwd_chunk_fd), &rnd, in_if),
-        ("out_hot", Some(inside_fd), &hot, in_if),
-        ("out_rnd", Some(inside_fd), &rnd, in_if),
-        ("tcp_rnd", Some(inside_fd), &tcp_rnd, in_if),
-        ("in_hot", Some(outside_fd), &in_hot, out_if),
-        ("in_rnd", Some(outside_fd), &in_rnd, out_if),
-        ("icmp_rnd", Some(inside_fd), &icmp_rnd, in_if),
+    let cases: Vec<Case> = vec![
+        ("nop_hot", None, hot.clone(), in_if),
+        ("nop_rnd", None, rnd.clone(), in_if),
+        ("nop_tcp_rnd", None, tcp_rnd.clone(), in_if),
+        ("nop_in_hot", None, in_hot.clone(), out_if),
+        ("nop_in_rnd", None, in_rnd.clone(), out_if),
+        ("nop_icmp_rnd", None, icmp_rnd.clone(), in_if),
+        ("fwd_hot", Some(fwd_fd), hot.clone(), in_if),
+        ("fwd_rnd", Some(fwd_fd), rnd.clone(), in_if),
+        ("fwd_mem_hot", Some(fwd_mem_fd), hot.clone(), in_if),
+        ("fwd_mem_rnd", Some(fwd_mem_fd), rnd.clone(), in_if),
+        ("fwd_chunk_rnd", Some(fwd_chunk_fd), rnd.clone(), in_if),
+        ("out_hot", Some(inside_fd), hot, in_if),
+        ("out_rnd", Some(inside_fd), rnd, in_if),
+        ("tcp_rnd", Some(inside_fd), tcp_rnd, in_if),
+        ("in_hot", Some(outside_fd), in_hot, out_if),
+        ("in_rnd", Some(outside_fd), in_rnd, out_if),
+        ("icmp_rnd", Some(inside_fd), icmp_rnd, in_if),
     ];
-    let mut samples: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for _ in 0..a.reps {
-        for (name, prog, spec, ifindex) in &cases {
+    Ok(Inst {
+        plan,
+        dp,
+        _fskel: fskel,
+        h,
+        in_if,
+        base,
+        cases,
+        samples: BTreeMap::new(),
+        lines,
+        chunks,
+        load_secs,
+        fill_secs,
+        fill_ns: (udp_fill.ns, tcp_fill.ns),
+        mem_delta_kib,
+        sess_health,
+    })
+}
+
+impl Inst {
+    /// Every case once, in turn, each result added to its samples.
+    fn time_cases(&mut self, repeat: u32) -> Result<()> {
+        for (name, prog, spec, ifindex) in &self.cases {
             match prog {
-                Some(fd) => h.target(*fd)?,
-                None => h.target_nop()?,
+                Some(fd) => self.h.target(*fd)?,
+                None => self.h.target_nop()?,
             }
-            let r = h.run(spec, *ifindex, a.repeat)?;
+            let r = self.h.run(spec, *ifindex, repeat)?;
             if prog.is_some() && r.retval != XDP_REDIRECT {
                 bail!("{name}: the program returned {} instead of XDP_REDIRECT", r.retval);
             }
-            samples.entry(name).or_default().push(r.ns);
+            self.samples.entry(name).or_default().push(r.ns);
         }
+        Ok(())
     }
+}
+
+/// The new-flow cost, memory and sweep of a timed instance, and its record.
+fn finish(a: &CostArgs, inst: Inst) -> Result<serde_json::Value> {
+    let Inst {
+        plan,
+        dp,
+        _fskel: fskel,
+        mut h,
+        in_if,
+        base,
+        samples,
+        lines,
+        chunks,
+        load_secs,
+        fill_secs,
+        fill_ns: (udp_fill_ns, tcp_fill_ns),
+        mem_delta_kib,
+        sess_health,
+        ..
+    } = inst;
+    let t = &dp.tables;
+    let inside_fd = dp.skel.progs.nx_xdp_inside.as_fd().as_raw_fd();
     let med = |k: &str| median(samples.get(k).cloned().unwrap_or_default());
     let (nop_hot, nop_rnd, nop_in_hot, nop_in_rnd) =
         (med("nop_hot"), med("nop_rnd"), med("nop_in_hot"), med("nop_in_rnd"));
@@ -373,7 +443,7 @@ fn one(a: &CostArgs, n: u64) -> Result<serde_json::Value> {
         "block_size": BLOCK_SIZE,
         "load_secs": load_secs,
         "fill_secs": fill_secs,
-        "fill_ns_per_flow": {"udp": udp_fill.ns, "tcp": tcp_fill.ns},
+        "fill_ns_per_flow": {"udp": udp_fill_ns, "tcp": tcp_fill_ns},
         "repeat": a.repeat,
         "reps": a.reps,
         "harness_ns": {"hot": nop_hot, "random": nop_rnd, "in_hot": nop_in_hot, "in_random": nop_in_rnd},
@@ -415,8 +485,22 @@ pub fn run(a: &CostArgs) -> Result<()> {
         println!("{rec}");
         Ok(())
     };
+    // Every instance is loaded and filled first; then each repetition times every case of
+    // every instance in turn. Measured one after the other, minutes apart, the sizes
+    // would be compared across this machine's drift (the stateless forwarder moved by
+    // more than 20% between two windows); taken in turn, a slow phase hits all alike.
+    let mut insts = Vec::new();
     for &n in &a.sessions {
-        emit(&one(a, n).with_context(|| format!("cost with {n} sessions"))?)?;
+        insts.push(prepare(a, n).with_context(|| format!("cost with {n} sessions"))?);
+    }
+    for _ in 0..a.reps {
+        for i in insts.iter_mut() {
+            i.time_cases(a.repeat).with_context(|| format!("cost with {} sessions", i.plan.sessions))?;
+        }
+    }
+    for i in insts {
+        let n = i.plan.sessions;
+        emit(&finish(a, i).with_context(|| format!("cost with {n} sessions"))?)?;
     }
     if a.alloc_max > 0 {
         let pts = alloc_curve(&a.inside, &a.outside, ALLOC_STEP, a.alloc_max).context("allocation curve")?;

@@ -265,10 +265,11 @@ fn targets(e: &[E2e], cost: &[Value]) -> Vec<Target> {
                 detail: format!("natrix/forwarder per packet: {detail}{floor}"),
             });
         }
-        // Flatness is judged on natrix's cost relative to the forwarder timed in the same
-        // window: each session count is a separate instance measured minutes apart, and
-        // this machine's speed drifts by more than 20% over that (the stateless forwarder
-        // itself moves that much). The raw figures are shown beside it.
+        // Flatness is judged on natrix's cost relative to the forwarder timed beside it:
+        // the instances of all session counts are timed in turn within each repetition
+        // (cost.rs), so a slow phase of the machine hits every size alike, and what drift
+        // is left cancels in the ratio. The raw figures and the forwarder's own spread
+        // (which should be ~0: its work does not depend on any table) are shown beside it.
         let at = |ns: &Value, who: &str| ns[who][mode].as_f64().unwrap_or(f64::NAN);
         let vals: Vec<CostPoint> = costs
             .iter()
