@@ -619,6 +619,33 @@ fn parity_preserved_and_ports_in_subscriber_blocks() {
     });
 }
 
+/// Unpredictable ports (RFC 6056, RFC 6888 REQ-13..15): inside a subscriber's block, each
+/// new mapping's port is drawn anew, so one port says nothing about the next. 64 flows of
+/// one parity in a 256-port block (128 candidates): a sequential allocator would give one
+/// step between successive ports and one unbroken run; random draws give many steps and a
+/// set with gaps.
+#[test]
+fn ports_within_a_block_are_not_predictable() {
+    with_env(&cfg(), |env| {
+        let ports: Vec<u16> = (0..64u16)
+            .map(|i| xlate_out(env, &Pkt::udp(sub(1), 30000 + 2 * i, SERVER, 53), None, "UDP flow").1)
+            .collect();
+        check_allocation(env, "after 64 flows");
+        let steps: HashSet<i32> = ports.windows(2).map(|w| w[1] as i32 - w[0] as i32).collect();
+        assert!(
+            steps.len() >= 16,
+            "expected successive outside ports to differ by many different steps, got {} ({ports:?})",
+            steps.len()
+        );
+        let set: HashSet<u16> = ports.iter().copied().collect();
+        let adjacent = set.iter().filter(|p| set.contains(&p.wrapping_add(2))).count();
+        assert!(
+            adjacent < 56,
+            "expected the 64 ports not to form one run of consecutive even ports, {adjacent} are followed by the next ({ports:?})"
+        );
+    });
+}
+
 /// Paired pooling (RFC 4787 REQ-2 / RFC 6888 REQ-2): every block of a subscriber, and so
 /// every mapping, is on one pool address, also when it needs several blocks.
 #[test]
