@@ -171,7 +171,7 @@ struct Inst {
     plan: Plan,
     dp: Dataplane,
     /// the forwarder and its memory floors, kept loaded for the cases
-    _fskel: NxbFwdSkel<'static>,
+    fskel: NxbFwdSkel<'static>,
     h: Harness,
     in_if: u32,
     base: FlowSpec,
@@ -314,7 +314,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     Ok(Inst {
         plan,
         dp,
-        _fskel: fskel,
+        fskel,
         h,
         in_if,
         base,
@@ -353,7 +353,7 @@ fn finish(a: &CostArgs, inst: Inst) -> Result<serde_json::Value> {
     let Inst {
         plan,
         dp,
-        _fskel: fskel,
+        fskel,
         mut h,
         in_if,
         base,
@@ -485,10 +485,7 @@ pub fn run(a: &CostArgs) -> Result<()> {
         println!("{rec}");
         Ok(())
     };
-    // Every instance is loaded and filled first; then each repetition times every case of
-    // every instance in turn. Measured one after the other, minutes apart, the sizes
-    // would be compared across this machine's drift (the stateless forwarder moved by
-    // more than 20% between two windows); taken in turn, a slow phase hits all alike.
+    // all instances first, then every repetition goes round all of them (see the top)
     let mut insts = Vec::new();
     for &n in &a.sessions {
         insts.push(prepare(a, n).with_context(|| format!("cost with {n} sessions"))?);
