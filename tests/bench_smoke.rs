@@ -58,9 +58,22 @@ fn bench_smoke_runs_and_reports() {
     assert!(nat["prog_ns"].as_f64().unwrap_or(0.0) > 0.0, "no bpf_stats profile: {nat}");
 
     let cost = res["cost"].as_array().expect("cost records");
-    assert_eq!(cost.len(), 1);
+    assert_eq!(cost.len(), 2, "one cost record per session count");
+    // both instances were timed (they are prepared first, then timed in turn): every case
+    // of each got one run per repetition
+    for (c, n) in cost.iter().zip([1000, 2000]) {
+        assert_eq!(c["sessions"], n, "cost: sessions filled");
+        assert_eq!(c["runs_per_case"], c["reps"], "cost at {n}: timed runs per case");
+    }
+    assert!(
+        res["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"].as_str().is_some_and(|n| n.contains("flat"))),
+        "flatness evaluated over the two session counts"
+    );
     let c = &cost[0];
-    assert_eq!(c["sessions"], 1000, "cost: sessions filled");
     for k in ["fwd", "est_out", "est_in"] {
         let v = c["ns"][k]["hot"].as_f64().unwrap();
         assert!(v.is_finite() && v > 0.0, "cost {k}: {v}");

@@ -446,6 +446,8 @@ fn finish(a: &CostArgs, inst: Inst) -> Result<serde_json::Value> {
         "fill_ns_per_flow": {"udp": udp_fill_ns, "tcp": tcp_fill_ns},
         "repeat": a.repeat,
         "reps": a.reps,
+        // timed runs each case got (every instance gets one per repetition)
+        "runs_per_case": samples.values().map(Vec::len).min().unwrap_or(0),
         "harness_ns": {"hot": nop_hot, "random": nop_rnd, "in_hot": nop_in_hot, "in_random": nop_in_rnd},
         "ns": {
             "fwd": {"hot": fwd_hot, "random": fwd_rnd},
