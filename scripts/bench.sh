@@ -9,10 +9,12 @@
 #   BENCH_OUT=DIR   results directory (default bench-results)
 #   BENCH_ROUNDS=N  rounds of the end-to-end part (default 5)
 #
-# Topology (one veth pair per hop, all in namespaces this script creates and removes):
+# Topology: every gateway has a namespace and a path of its own, all built once and kept
+# up, so that the gateways can be measured one right after the other, case by case:
 #
-#   gen ns: nxbgen 100.64.0.2 ── nxbin 100.64.0.1 [gateway ns] 198.51.100.1 nxbout ── nxbsink 198.51.100.2 :sink ns
-#   generator (XDP live frames, XDP_TX)     natrix | nftables | kernel | XDP forwarder     XDP counting drop
+#   gen ns: g<gw> ── nxbin 100.64.0.1 [<gw> ns] 198.51.100.1 nxbout ── s<gw> :sink ns
+#   generator (XDP live frames, XDP_TX)   natrix | nft | kernel | xdpfwd    XDP counting drop
+#   gen ns: gdirect ── nxbin [direct ns]: the sink itself (no gateway)
 #
 # Subscribers 100.64.16.0 and up sit behind the generator (route via 100.64.0.2); the pool
 # is 203.0.113.0/24 + 192.0.2.0/24. Neighbours are permanent: the sink answers nothing.
@@ -27,7 +29,8 @@ OUT=$(realpath -m "${BENCH_OUT:-$ROOT/bench-results}")
 QUICK=${BENCH_QUICK:-0}
 SMOKE=${BENCH_SMOKE:-0}
 TAG=nxb$$
-GEN=$TAG-gen GW=$TAG-gw SINK=$TAG-sink
+GEN=$TAG-gen SINK=$TAG-sink
+gwns() { echo "$TAG-$1"; } # the namespace of gateway $1
 PIN=/sys/fs/bpf/$TAG
 RAW=$OUT/raw.jsonl
 LOG=$OUT/bench.log
@@ -37,7 +40,7 @@ DAEMON_CPU=1  # natrix's daemon (its sweeps), off the measured CPU
 if ((SMOKE)); then
 	ROUNDS=1 DUR=0.5 SIZES="64" GATEWAYS="direct natrix xdpfwd kernel" SCALES="1 1000"
 	COST_SESSIONS=1000,2000 COST_REPS=2 COST_REPEAT=20000 MANY_FLOWS=4096 SUBS=64 ALLOC_MAX=2048
-	NEWFLOW_TABLE=200000
+	NEWFLOW_TABLE=1500000 # both new-flow runs, with their profile windows
 elif ((QUICK)); then
 	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix nft kernel xdpfwd" SCALES="1 1000 100000"
 	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=4096
@@ -63,11 +66,11 @@ daemon=""
 cleanup() {
 	set +e
 	if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null; fi
-	for d in natrix fwd direct sink; do
-		[[ -d $PIN/$d ]] && "$NATRIX" down --pin "$PIN/$d" >/dev/null 2>&1
+	for d in "$PIN"/*/; do
+		[[ -d $d ]] && "$NATRIX" down --pin "${d%/}" >/dev/null 2>&1
 	done
 	rmdir "$PIN" 2>/dev/null
-	for ns in $GEN $GW $SINK; do ip netns del "$ns" 2>/dev/null; done
+	for ns in $GEN $SINK $(for g in $GATEWAYS; do gwns "$g"; done); do ip netns del "$ns" 2>/dev/null; done
 	[[ -n $CT_BUCKETS_OLD ]] && sysctl -qw net.netfilter.nf_conntrack_buckets="$CT_BUCKETS_OLD"
 	[[ -n $CT_MAX_OLD ]] && sysctl -qw net.netfilter.nf_conntrack_max="$CT_MAX_OLD"
 	return 0
@@ -77,25 +80,30 @@ trap 'exit 130' INT TERM
 
 # ---- topology ------------------------------------------------------------------------------
 topology_up() {
-	for ns in $GEN $GW $SINK; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
-	ip link add nxbgen netns $GEN type veth peer name nxbin netns $GW
-	ip link add nxbout netns $GW type veth peer name nxbsink netns $SINK
-	ip -n $GEN addr add 100.64.0.2/24 dev nxbgen
-	ip -n $GW addr add 100.64.0.1/24 dev nxbin
-	ip -n $GW addr add 198.51.100.1/24 dev nxbout
-	ip -n $SINK addr add 198.51.100.2/24 dev nxbsink
-	ip -n $GEN link set nxbgen up
-	ip -n $GW link set nxbin up
-	ip -n $GW link set nxbout up
-	ip -n $SINK link set nxbsink up
-	ip -n $GW route add 100.64.0.0/16 via 100.64.0.2
-	ip -n $GW neigh replace 100.64.0.2 lladdr "$(mac $GEN nxbgen)" dev nxbin nud permanent
-	ip -n $GW neigh replace 198.51.100.2 lladdr "$(mac $SINK nxbsink)" dev nxbout nud permanent
-	ip netns exec $GW sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 \
-		net.ipv4.conf.default.rp_filter=0 net.ipv4.conf.nxbin.rp_filter=0
-	# The kernel paths need NAPI on nxbin to take the generator's XDP frames: GRO does it
-	# when no XDP program is attached (an attached one does it too).
-	ip netns exec $GW ethtool -K nxbin gro on >/dev/null
+	for ns in $GEN $SINK; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
+	for g in $GATEWAYS; do
+		local ns
+		ns=$(gwns "$g")
+		ip netns add "$ns"
+		ip -n "$ns" link set lo up
+		ip link add "g$g" netns $GEN type veth peer name nxbin netns "$ns"
+		ip -n $GEN link set "g$g" up
+		ip -n "$ns" link set nxbin up
+		[[ $g == direct ]] && continue
+		ip link add nxbout netns "$ns" type veth peer name "s$g" netns $SINK
+		ip -n "$ns" addr add 100.64.0.1/24 dev nxbin
+		ip -n "$ns" addr add 198.51.100.1/24 dev nxbout
+		ip -n $SINK link set "s$g" up
+		ip -n "$ns" link set nxbout up
+		ip -n "$ns" route add 100.64.0.0/16 via 100.64.0.2
+		ip -n "$ns" neigh replace 100.64.0.2 lladdr "$(mac $GEN "g$g")" dev nxbin nud permanent
+		ip -n "$ns" neigh replace 198.51.100.2 lladdr "$(mac $SINK "s$g")" dev nxbout nud permanent
+		ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 \
+			net.ipv4.conf.default.rp_filter=0 net.ipv4.conf.nxbin.rp_filter=0
+		# The kernel paths need NAPI on nxbin to take the generator's XDP frames: GRO does
+		# it when no XDP program is attached (an attached one does it too).
+		ip netns exec "$ns" ethtool -K nxbin gro on >/dev/null
+	done
 }
 mac() { ip -n "$1" -br link show "$2" | awk '{print $3}'; }
 
@@ -127,7 +135,7 @@ natrix_up() {
 	natrix_conf "$size" >"$OUT/natrix-bench.toml"
 	: >"$OUT/natrix-daemon.log"
 	# not through in_ns: $! must be the daemon itself (nsenter and taskset exec it)
-	nsenter --net=/run/netns/$GW taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/natrix-bench.toml" \
+	nsenter --net=/run/netns/"$(gwns natrix)" taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/natrix-bench.toml" \
 		>"$OUT/natrix-daemon.log" 2>&1 &
 	daemon=$!
 	for _ in $(seq 300); do
@@ -147,7 +155,7 @@ natrix_down() {
 }
 
 nft_up() {
-	ip netns exec $GW nft -f - <<-'EOF'
+	ip netns exec "$(gwns nft)" nft -f - <<-'EOF'
 		table ip nxbench {
 			chain postrouting {
 				type nat hook postrouting priority srcnat; policy accept;
@@ -156,14 +164,14 @@ nft_up() {
 		}
 	EOF
 	# unreplied UDP (all of ours) lives 30 s by default: longer than filling 10M flows
-	ip netns exec $GW sysctl -qw net.netfilter.nf_conntrack_udp_timeout=600 \
+	ip netns exec "$(gwns nft)" sysctl -qw net.netfilter.nf_conntrack_udp_timeout=600 \
 		net.netfilter.nf_conntrack_tcp_timeout_syn_sent=600
 }
 
-nft_flush() { ip netns exec $GW conntrack -F >/dev/null 2>&1 || true; }
+nft_flush() { ip netns exec "$(gwns nft)" conntrack -F >/dev/null 2>&1 || true; }
 
 nft_down() {
-	ip netns exec $GW nft delete table ip nxbench 2>/dev/null || true
+	ip netns exec "$(gwns nft)" nft delete table ip nxbench 2>/dev/null || true
 	nft_flush
 }
 
@@ -172,8 +180,8 @@ gateway_up() {
 	natrix) natrix_up "$MAX_SCALE" ;;
 	nft) nft_up ;;
 	kernel) ;;
-	xdpfwd) in_ns $GW "$NATRIX" bench attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
-	direct) in_ns $GW "$NATRIX" bench attach sink --dev nxbin --pin "$PIN/direct" ;;
+	xdpfwd) in_ns "$(gwns xdpfwd)" "$NATRIX" bench attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
+	direct) in_ns "$(gwns direct)" "$NATRIX" bench attach sink --dev nxbin --pin "$PIN/direct" ;;
 	esac
 }
 
@@ -188,14 +196,13 @@ gateway_down() {
 }
 
 # ---- one measurement -----------------------------------------------------------------------
-DST_MAC=""
 e2e() { # e2e GATEWAY CASE ARGS...
-	local gw=$1 case=$2 sink=$PIN/sink extra=()
+	local gw=$1 case=$2 sink=$PIN/sink-$1 extra=()
 	shift 2
 	[[ $gw == direct ]] && sink=$PIN/direct
 	[[ $gw == natrix ]] && extra+=(--natrix-pin "$PIN/natrix")
 	local line
-	if ! line=$(in_ns $GEN taskset -c $CPU "$NATRIX" bench e2e --dev nxbgen --dst-mac "$DST_MAC" \
+	if ! line=$(in_ns $GEN taskset -c $CPU "$NATRIX" bench e2e --dev "g$gw" --dst-mac "$(mac "$(gwns "$gw")" nxbin)" \
 		--sink-pin "$sink" --gateway "$gw" --case "$case" --round "$ROUND" --subs "$SUBS" \
 		--duration "$DUR" --out "$RAW" "${extra[@]}" "$@" 2>>"$LOG"); then
 		echo "bench: e2e $gw $case $* failed (see $LOG)" >&2
@@ -215,54 +222,71 @@ profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile 
 	esac
 }
 
-# the cases of one gateway in one round
-round_of() {
-	local gw=$1 stateful=0
-	[[ $gw == natrix || $gw == nft ]] && stateful=1
-	gateway_up "$gw"
+# One round: every case, and within a case every gateway in turn, so that the gateways'
+# figures for one case are taken seconds apart, not minutes: this machine's speed drifts
+# by more than the differences measured (docs/PERFORMANCE.md, "Rounds"). natrix starts each
+# round on fresh tables; the others stay up for the whole run.
+stateful() { [[ $1 == natrix || $1 == nft ]]; }
+round() {
+	local gws=("$@") gw s c p est
+	[[ " ${gws[*]} " == *" natrix "* ]] && natrix_up "$MAX_SCALE"
 	for s in $SIZES; do
-		local p=()
-		[[ $s == 64 ]] && read -ra p <<<"$(profile "$gw")"
-		e2e "$gw" size --size "$s" --flows 1 --establish "${p[@]}"
+		for gw in "${gws[@]}"; do
+			p=()
+			[[ $s == 64 ]] && read -ra p <<<"$(profile "$gw")"
+			e2e "$gw" size --size "$s" --flows 1 --establish "${p[@]}"
+		done
 	done
-	[[ $gw == direct ]] && { gateway_down "$gw"; return; }
-	read -ra p <<<"$(profile "$gw")"
-	e2e "$gw" flows --flows "$MANY_FLOWS" --mode random --establish "${p[@]}"
+	for gw in "${gws[@]}"; do
+		[[ $gw == direct ]] && continue
+		read -ra p <<<"$(profile "$gw")"
+		e2e "$gw" flows --flows "$MANY_FLOWS" --mode random --establish "${p[@]}"
+	done
 	for c in $SCALES; do
-		local est=()
-		if ((stateful)); then
-			# filling the largest scale takes natrix ~35 s and conntrack minutes: round 1 only
-			((c == MAX_SCALE && ROUND > 1 && c > 1000000)) && continue
-			est=(--establish)
-		else
-			# no per-flow state: the smallest and the largest are the whole curve
-			[[ $c != 1 && $c != "$MAX_SCALE" ]] && continue
-		fi
-		e2e "$gw" scale --flows "$c" --mode random "${est[@]}"
+		for gw in "${gws[@]}"; do
+			[[ $gw == direct ]] && continue
+			est=()
+			if stateful "$gw"; then
+				# filling the largest scale takes natrix ~35 s and conntrack minutes:
+				# round 1 only
+				((c == MAX_SCALE && ROUND > 1 && c > 1000000)) && continue
+				est=(--establish)
+			else
+				# no per-flow state: the smallest and the largest are the whole curve
+				[[ $c != 1 && $c != "$MAX_SCALE" ]] && continue
+			fi
+			e2e "$gw" scale --flows "$c" --mode random "${est[@]}"
+		done
 	done
 	# connection setups: every packet a new flow, on fresh state (UDP and TCP flows use
 	# different outside ports and sessions, so natrix needs one restart for both)
-	[[ $gw == natrix ]] && { natrix_down; natrix_up 0; }
-	local base=$SUBS
+	[[ " ${gws[*]} " == *" natrix "* ]] && { natrix_down; natrix_up 0; }
 	for proto in udp tcp; do
-		[[ $gw == nft ]] && nft_flush
-		e2e "$gw" newflow --proto "$proto" --tcp-flags syn --mode new --flow-base "$base" "${p[@]}"
+		for gw in "${gws[@]}"; do
+			[[ $gw == direct ]] && continue
+			[[ $gw == nft ]] && nft_flush
+			read -ra p <<<"$(profile "$gw")"
+			e2e "$gw" newflow --proto "$proto" --tcp-flags syn --mode new --flow-base "$SUBS" "${p[@]}"
+		done
 	done
-	gateway_down "$gw"
+	nft_flush_if_up
+	natrix_down
 }
+nft_flush_if_up() { [[ " $GATEWAYS " == *" nft "* ]] && nft_flush; return 0; }
 
 # ---- run -----------------------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || { echo "bench: needs root (namespaces, XDP)" >&2; exit 1; }
 [[ -x $NATRIX ]] || { echo "bench: $NATRIX missing: make build" >&2; exit 1; }
 say "machine: $(nproc) CPUs, $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
-if ip netns list | grep -q '^nxb[0-9]*-gw'; then
-	echo "bench: warning: another benchmark is running (namespaces nxb*-gw): numbers will be disturbed" | tee -a "$LOG" >&2
+if ip netns list | grep -q '^nxb[0-9]*-gen'; then
+	echo "bench: warning: another benchmark is running (namespaces nxb*-gen): numbers will be disturbed" | tee -a "$LOG" >&2
 fi
 topology_up
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mkdir -p "$PIN"
-DST_MAC=$(mac $GW nxbin)
-in_ns $SINK "$NATRIX" bench attach sink --dev nxbsink --pin "$PIN/sink"
+for g in $GATEWAYS; do
+	[[ $g == direct ]] || in_ns $SINK "$NATRIX" bench attach sink --dev "s$g" --pin "$PIN/sink-$g"
+done
 if [[ $GATEWAYS == *nft* ]]; then
 	# conntrack's table is global: room for the largest scale, buckets to match
 	CT_MAX_OLD=$(sysctl -n net.netfilter.nf_conntrack_max)
@@ -274,7 +298,7 @@ if [[ $GATEWAYS == *nft* ]]; then
 fi
 
 say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
-in_ns $GW taskset -c $CPU "$NATRIX" bench cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
+in_ns "$(gwns natrix)" taskset -c $CPU "$NATRIX" bench cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
 	--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$RAW" 2>>"$LOG" >/dev/null
 $PY -c 'import json,sys
 for l in open(sys.argv[1]):
@@ -282,14 +306,18 @@ for l in open(sys.argv[1]):
     if r["kind"]=="cost":
         n=r["ns"]; print("  %9d sessions: fwd %5.0f ns, out %5.0f/%5.0f ns (hot/random), in %5.0f/%5.0f ns, new %5.0f ns, %5.1f B/session" % (r["sessions"], n["fwd"]["random"], n["est_out"]["hot"], n["est_out"]["random"], n["est_in"]["hot"], n["est_in"]["random"], n["new_flow"]["at_n"], r["memory"]["bytes_per_session"]))' "$RAW" | tee -a "$LOG" >&2
 
+# the stateless gateways and nftables' rules stay up for the whole run (conntrack is
+# flushed where a case needs fresh state); natrix is started by each round
+for g in $GATEWAYS; do [[ $g == natrix ]] || gateway_up "$g"; done
 for ROUND in $(seq 1 "$ROUNDS"); do
 	# rotate the order each round, so that no gateway always runs first (or last)
 	read -ra gws <<<"$GATEWAYS"
 	k=$(((ROUND - 1) % ${#gws[@]}))
 	order=("${gws[@]:k}" "${gws[@]:0:k}")
 	say "round $ROUND/$ROUNDS: ${order[*]}"
-	for gw in "${order[@]}"; do round_of "$gw"; done
+	round "${order[@]}"
 done
+for g in $GATEWAYS; do gateway_down "$g"; done
 
 say "report"
 "$NATRIX" bench report --raw "$RAW" --out "$OUT/results.json" $( ((SMOKE)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"

@@ -53,6 +53,30 @@ fn bench_smoke_runs_and_reports() {
             "natrix {case}: no traffic"
         );
     }
+    // new flows of both kinds were set up (the new-flow table has room for both runs)
+    for proto in ["udp", "tcp"] {
+        assert!(
+            e2e.iter().any(|r| r["gateway"] == "natrix"
+                && r["case"] == "newflow"
+                && r["proto"] == proto
+                && r["pps"].as_f64().unwrap_or(0.0) > 0.0),
+            "natrix newflow {proto}: no connection set up"
+        );
+    }
+    // case by case: every gateway's one-flow figure of a round was taken before any
+    // gateway moved on to the next case, so that they are seconds apart, not minutes
+    let raw: Vec<Value> = std::fs::read_to_string(out.join("raw.jsonl"))
+        .expect("raw.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .filter(|r: &Value| r["kind"] == "e2e")
+        .collect();
+    let last_size = raw.iter().rposition(|r| r["case"] == "size").expect("size records");
+    let first_other = raw.iter().position(|r| r["case"] != "size").expect("other cases");
+    assert!(last_size < first_other, "the gateways' size records are not taken side by side");
+    let sized: std::collections::BTreeSet<_> =
+        raw[..=last_size].iter().map(|r| r["gateway"].as_str().unwrap_or("")).collect();
+    assert_eq!(sized.len(), 4, "all four gateways measured in the size case: {sized:?}");
     // natrix translated: the profile of its program saw the packets
     let nat = e2e.iter().find(|r| r["gateway"] == "natrix" && r["case"] == "size").unwrap();
     assert!(nat["prog_ns"].as_f64().unwrap_or(0.0) > 0.0, "no bpf_stats profile: {nat}");
