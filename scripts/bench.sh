@@ -224,12 +224,13 @@ profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile 
 
 # One round: every case, and within a case every gateway in turn, so that the gateways'
 # figures for one case are taken seconds apart, not minutes: this machine's speed drifts
-# by more than the differences measured (docs/PERFORMANCE.md, "Rounds"). natrix starts each
+# by more than the differences measured (docs/PERFORMANCE.md, "Method"). natrix starts each
 # round on fresh tables; the others stay up for the whole run.
 stateful() { [[ $1 == natrix || $1 == nft ]]; }
+has() { [[ " $GATEWAYS " == *" $1 "* ]]; } # is gateway $1 part of this run
 round() {
 	local gws=("$@") gw s c p est
-	[[ " ${gws[*]} " == *" natrix "* ]] && natrix_up "$MAX_SCALE"
+	has natrix && natrix_up "$MAX_SCALE"
 	for s in $SIZES; do
 		for gw in "${gws[@]}"; do
 			p=()
@@ -260,7 +261,7 @@ round() {
 	done
 	# connection setups: every packet a new flow, on fresh state (UDP and TCP flows use
 	# different outside ports and sessions, so natrix needs one restart for both)
-	[[ " ${gws[*]} " == *" natrix "* ]] && { natrix_down; natrix_up 0; }
+	has natrix && { natrix_down; natrix_up 0; }
 	for proto in udp tcp; do
 		for gw in "${gws[@]}"; do
 			[[ $gw == direct ]] && continue
@@ -269,10 +270,9 @@ round() {
 			e2e "$gw" newflow --proto "$proto" --tcp-flags syn --mode new --flow-base "$SUBS" "${p[@]}"
 		done
 	done
-	nft_flush_if_up
+	has nft && nft_flush
 	natrix_down
 }
-nft_flush_if_up() { [[ " $GATEWAYS " == *" nft "* ]] && nft_flush; return 0; }
 
 # ---- run -----------------------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || { echo "bench: needs root (namespaces, XDP)" >&2; exit 1; }

@@ -160,20 +160,20 @@ fn fmt_ratio(x: f64) -> String {
 /// A round measures the gateways of one case seconds apart (scripts/bench.sh), so these
 /// pairs show how much of a median ratio is the machine's drift.
 fn round_ratios(recs: &[Value], a: &str, b: &str, case: &str, proto: &str, size: u64) -> Vec<f64> {
-    let pick = |gw: &str| -> BTreeMap<u64, f64> {
+    let pick = |gw: &str, case: &str, proto: &str| -> BTreeMap<u64, f64> {
         recs.iter()
             .filter(|r| {
                 r["kind"] == "e2e"
                     && r["gateway"] == gw
-                    && (r["case"] == case || gw == "direct")
-                    && (r["proto"] == proto || gw == "direct")
+                    && r["case"] == case
+                    && r["proto"] == proto
                     && r["size"].as_u64() == Some(size)
-                    && (gw == "direct" || r["case"] != "size" || r["flows"].as_u64() == Some(1))
             })
             .filter_map(|r| Some((r["round"].as_u64()?, r["pps"].as_f64()?)))
             .collect()
     };
-    let (ra, rb, rd) = (pick(a), pick(b), pick("direct"));
+    // the no-gateway figure of this frame size (it has only the one-flow UDP case)
+    let (ra, rb, rd) = (pick(a, case, proto), pick(b, case, proto), pick("direct", "size", "udp"));
     ra.iter()
         .filter_map(|(round, pa)| {
             let (pb, pd) = (rb.get(round)?, rd.get(round)?);
