@@ -14,6 +14,7 @@
 #
 #   gen ns: g<gw> ── nxbin 100.64.0.1 [<gw> ns] 198.51.100.1 nxbout ── s<gw> :sink ns
 #   generator (XDP live frames, XDP_TX)   natrix | nft | kernel | xdpfwd    XDP counting drop
+#                                         | setupfloor (new-flow cases only)
 #   gen ns: gdirect ── nxbin [direct ns]: the sink itself (no gateway)
 #
 # Subscribers 100.64.16.0 and up sit behind the generator (route via 100.64.0.2); the pool
@@ -38,15 +39,15 @@ CPU=0         # generator, gateway and sink
 DAEMON_CPU=1  # natrix's daemon (its sweeps), off the measured CPU
 
 if ((SMOKE)); then
-	ROUNDS=1 DUR=0.5 SIZES="64" GATEWAYS="direct natrix xdpfwd kernel" SCALES="1 1000"
+	ROUNDS=1 DUR=0.5 SIZES="64" GATEWAYS="direct natrix xdpfwd kernel setupfloor" SCALES="1 1000"
 	COST_SESSIONS=1000,2000 COST_REPS=2 COST_REPEAT=20000 MANY_FLOWS=4096 SUBS=64 ALLOC_MAX=2048
 	NEWFLOW_TABLE=1500000 # both new-flow runs, with their profile windows
 elif ((QUICK)); then
-	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix nft kernel xdpfwd" SCALES="1 1000 100000"
+	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix nft kernel xdpfwd setupfloor" SCALES="1 1000 100000"
 	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=4096
 	NEWFLOW_TABLE=2000000
 else
-	ROUNDS=${BENCH_ROUNDS:-5} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix nft kernel xdpfwd"
+	ROUNDS=${BENCH_ROUNDS:-5} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix nft kernel xdpfwd setupfloor"
 	SCALES="1 1000 100000 1000000 10000000"
 	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=500000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=8192
 	NEWFLOW_TABLE=4000000 # new-flow runs: 2 s at < 1M setups/s, plus the profile window
@@ -181,6 +182,9 @@ gateway_up() {
 	nft) nft_up ;;
 	kernel) ;;
 	xdpfwd) in_ns "$(gwns xdpfwd)" "$NATRIX" bench attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
+	# natrix's session table for the new-flow runs: NEWFLOW_TABLE * 5/4 slots, 2 per line
+	setupfloor) in_ns "$(gwns setupfloor)" "$NATRIX" bench attach setup-floor --dev nxbin,nxbout \
+		--pin "$PIN/floor" --lines $(((NEWFLOW_TABLE * 5 / 4 + 1) / 2)) ;;
 	direct) in_ns "$(gwns direct)" "$NATRIX" bench attach sink --dev nxbin --pin "$PIN/direct" ;;
 	esac
 }
@@ -191,6 +195,7 @@ gateway_down() {
 	nft) nft_down ;;
 	kernel) ;;
 	xdpfwd) "$NATRIX" bench detach --pin "$PIN/fwd" ;;
+	setupfloor) "$NATRIX" bench detach --pin "$PIN/floor" ;;
 	direct) "$NATRIX" bench detach --pin "$PIN/direct" ;;
 	esac
 }
@@ -227,12 +232,14 @@ profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile 
 # by more than the differences measured (docs/PERFORMANCE.md, "Method"). natrix starts each
 # round on fresh tables; the others stay up for the whole run.
 stateful() { [[ $1 == natrix || $1 == nft ]]; }
+setup_only() { [[ $1 == setupfloor ]]; } # measured on new flows only
 has() { [[ " $GATEWAYS " == *" $1 "* ]]; } # is gateway $1 part of this run
 round() {
 	local gws=("$@") gw s c p est
 	has natrix && natrix_up "$MAX_SCALE"
 	for s in $SIZES; do
 		for gw in "${gws[@]}"; do
+			setup_only "$gw" && continue
 			p=()
 			[[ $s == 64 ]] && read -ra p <<<"$(profile "$gw")"
 			e2e "$gw" size --size "$s" --flows 1 --establish "${p[@]}"
@@ -240,12 +247,14 @@ round() {
 	done
 	for gw in "${gws[@]}"; do
 		[[ $gw == direct ]] && continue
+		setup_only "$gw" && continue
 		read -ra p <<<"$(profile "$gw")"
 		e2e "$gw" flows --flows "$MANY_FLOWS" --mode random --establish "${p[@]}"
 	done
 	for c in $SCALES; do
 		for gw in "${gws[@]}"; do
 			[[ $gw == direct ]] && continue
+			setup_only "$gw" && continue
 			est=()
 			if stateful "$gw"; then
 				# filling the largest scale takes natrix ~35 s and conntrack minutes:

@@ -24,6 +24,7 @@ NAMES = {
     "nft": "nftables snat (conntrack)",
     "kernel": "kernel forwarding, no NAT",
     "xdpfwd": "minimal XDP forwarder",
+    "setupfloor": "setup floor\n(forwarder + 1 table line)",
     "direct": "no gateway (generator → sink)",
 }
 STYLE = {
@@ -31,9 +32,10 @@ STYLE = {
     "nft": dict(color="#d62728", marker="s"),
     "kernel": dict(color="#7f7f7f", marker="^"),
     "xdpfwd": dict(color="#2ca02c", marker="D"),
+    "setupfloor": dict(color="#9467bd", marker="v"),
     "direct": dict(color="#000000", marker="", ls=":"),
 }
-ORDER = ["natrix", "xdpfwd", "kernel", "nft", "direct"]
+ORDER = ["natrix", "xdpfwd", "kernel", "nft", "setupfloor", "direct"]
 
 
 def human(n):

@@ -63,6 +63,21 @@ fn bench_smoke_runs_and_reports() {
             "natrix newflow {proto}: no connection set up"
         );
     }
+    // the setup floor forwarded new flows of both kinds, and took part in nothing else
+    for proto in ["udp", "tcp"] {
+        assert!(
+            e2e.iter().any(|r| r["gateway"] == "setupfloor"
+                && r["case"] == "newflow"
+                && r["proto"] == proto
+                && r["pps"].as_f64().unwrap_or(0.0) > 0.0
+                && r["loss"].as_f64().unwrap_or(1.0) < 0.5),
+            "setup floor newflow {proto}: nothing forwarded"
+        );
+    }
+    assert!(
+        e2e.iter().all(|r| r["gateway"] != "setupfloor" || r["case"] == "newflow"),
+        "the setup floor is measured on new flows only"
+    );
     // case by case: every gateway's one-flow figure of a round was taken before any
     // gateway moved on to the next case, so that they are seconds apart, not minutes
     let raw: Vec<Value> = std::fs::read_to_string(out.join("raw.jsonl"))

@@ -13,6 +13,13 @@
  * pages: a TLB miss and a page walk as well); nxb_chunks holds the same number of lines in
  * arrays small enough (32 KiB) for the kernel to take them from its linear map (huge
  * pages): the difference is what the page walks cost.
+ *
+ * And the setup floor (nxb_fwd_claim), run end to end with a new connection in every
+ * packet: the forwarder plus a read and a write of the flow's line in a table as large as
+ * natrix's session table, the least a gateway that creates an entry per connection does.
+ * For experiments it can read and write up to three more lines, each in a table of its
+ * own, independent or each needing the one before (a chain of misses), with plain stores
+ * or locked adds (`natrix bench attach setup-floor --help`).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -30,6 +37,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Sizes of the two tables (set before loading). */
 const volatile __u32 nxb_mem_lines = 1;
 const volatile __u32 nxb_chunk_count = 1;
+/* experiment knobs of the setup floor */
+const volatile __u32 nxb_x_extra = 0; /* more lines per packet, each in a table of its own */
+const volatile __u32 nxb_x_dep = 0;   /* 1: each extra line's address needs the line before */
+const volatile __u32 nxb_x_lock = 0;  /* 1: the writes are locked adds */
 
 /* ifindex -> ifindex: the interfaces it may transmit on. */
 struct {
@@ -72,7 +83,7 @@ struct {
 	__array(values, struct nxb_chunk);
 } nxb_chunks SEC(".maps");
 
-enum { NXB_TAB_NONE, NXB_TAB_FLAT, NXB_TAB_CHUNKED };
+enum { NXB_TAB_NONE, NXB_TAB_FLAT, NXB_TAB_CHUNKED, NXB_TAB_CLAIM };
 
 /* The line for this packet's flow: its addresses and ports mixed (as natrix hashes a
  * session key), mapped onto the table. */
@@ -89,7 +100,7 @@ static __always_inline struct nxb_line *nxb_flow_line(struct iphdr *ip, void *en
 	h ^= h >> 29;
 	h *= 0xbf58476d1ce4e5b9ULL;
 	h ^= h >> 32;
-	if (tab == NXB_TAB_FLAT) {
+	if (tab == NXB_TAB_FLAT || tab == NXB_TAB_CLAIM) {
 		i = (__u32)(((h >> 32) * nxb_mem_lines) >> 32);
 		return bpf_map_lookup_elem(&nxb_mem, &i);
 	}
@@ -120,6 +131,41 @@ static __always_inline int nxb_forward(struct xdp_md *ctx, int tab)
 		/* the packet depends on the line, as a translation depends on its session
 		 * (the table holds zeros: the identification field does not change) */
 		ip->id ^= (__u16)l->w[0];
+		/* a new connection also writes its line (the entry it creates); a plain store,
+		 * the least any insert does */
+		if (tab == NXB_TAB_CLAIM) {
+			__u64 v = l->w[0];
+			__u32 *pp = (void *)(ip + 1);
+
+			if (nxb_x_lock)
+				__sync_fetch_and_add(&l->w[1], 1);
+			else
+				l->w[1] = l->w[1] + 1;
+			for (__u32 k = 1; k <= 3; k++) {
+				__u64 g;
+				__u32 j;
+				struct nxb_line *m;
+
+				if (k > nxb_x_extra || (void *)(pp + 1) > end)
+					break;
+				g = ((__u64)ip->saddr << 32 | *pp) *
+				    (0x9e3779b97f4a7c15ULL + 2 * k);
+				g ^= g >> 31;
+				g *= 0xbf58476d1ce4e5b9ULL;
+				j = (__u32)(((g >> 32) * nxb_mem_lines) >> 32) + k * nxb_mem_lines;
+				if (nxb_x_dep)
+					j += (__u32)(v >> 62);
+				m = bpf_map_lookup_elem(&nxb_mem, &j);
+				if (!m)
+					break;
+				v = m->w[0];
+				ip->id ^= (__u16)v;
+				if (nxb_x_lock)
+					__sync_fetch_and_add(&m->w[1], 1);
+				else
+					m->w[1] = m->w[1] + 1;
+			}
+		}
 	}
 	fib.family = AF_INET;
 	fib.tos = ip->tos;
@@ -145,6 +191,11 @@ int nxb_fwd(struct xdp_md *ctx) { return nxb_forward(ctx, NXB_TAB_NONE); }
 
 SEC("xdp")
 int nxb_fwd_mem(struct xdp_md *ctx) { return nxb_forward(ctx, NXB_TAB_FLAT); }
+
+/* The setup floor: the line of a flow read and written, as the least a gateway creating
+ * an entry for a new connection does (end to end, new-flow mode). */
+SEC("xdp")
+int nxb_fwd_claim(struct xdp_md *ctx) { return nxb_forward(ctx, NXB_TAB_CLAIM); }
 
 SEC("xdp")
 int nxb_fwd_chunk(struct xdp_md *ctx) { return nxb_forward(ctx, NXB_TAB_CHUNKED); }

@@ -82,20 +82,48 @@ pub fn sink(dev: &str, dir: &Path) -> Result<()> {
     res
 }
 
-/// Attaches the minimal forwarder to every interface in `devs`, each a redirect target.
-pub fn fwd(devs: &[String], dir: &Path) -> Result<()> {
+/// The setup floor's table and, for experiments, what it does per packet beyond one line.
+#[derive(Debug, Clone, Copy)]
+pub struct Floor {
+    /// 64-byte lines in its table (natrix's session table for as many sessions)
+    pub lines: u32,
+    /// more lines read and written per packet, each in a table of its own (0-3)
+    pub extra: u32,
+    /// each extra line's address needs the line before (a chain of misses)
+    pub dependent: bool,
+    /// the writes are locked adds instead of plain stores
+    pub locked: bool,
+}
+
+/// Attaches the minimal forwarder to every interface in `devs`, each a redirect target;
+/// with `floor`, the setup floor instead (`nxb_fwd_claim`: the forwarder plus a read and a
+/// write of the flow's line in a table of that many 64-byte lines).
+pub fn fwd(devs: &[String], dir: &Path, floor: Option<Floor>) -> Result<()> {
     prepare_dir(dir)?;
     let res = (|| {
         let mut storage = MaybeUninit::uninit();
-        let open = NxbFwdSkelBuilder::default().open(&mut storage).context("opening the forwarder")?;
+        let mut open = NxbFwdSkelBuilder::default().open(&mut storage).context("opening the forwarder")?;
+        if let Some(f) = floor {
+            anyhow::ensure!(f.lines > 0, "the setup floor needs a table of at least one line");
+            anyhow::ensure!(f.extra <= 3, "at most 3 extra lines");
+            let total = f.lines.checked_mul(1 + f.extra).context("setup floor table too large")?;
+            open.maps.nxb_mem.set_max_entries(total).context("sizing nxb_mem")?;
+            let ro = open.maps.rodata_data.as_deref_mut().context("the forwarder's read-only data")?;
+            ro.nxb_mem_lines = f.lines;
+            ro.nxb_x_extra = f.extra;
+            ro.nxb_x_dep = f.dependent as u32;
+            ro.nxb_x_lock = f.locked as u32;
+        }
         let mut skel = open.load().context("loading the forwarder")?;
         for d in devs {
             let i = sys::ifindex(d)?.to_ne_bytes();
             skel.maps.nxb_tx.update(&i, &i, MapFlags::ANY).with_context(|| format!("nxb_tx += {d}"))?;
         }
         skel.maps.nxb_tx.pin(dir.join("nxb_tx")).context("pinning nxb_tx")?;
+        let prog =
+            if floor.is_some() { skel.progs.nxb_fwd_claim.as_fd() } else { skel.progs.nxb_fwd.as_fd() };
         for d in devs {
-            attach_pinned(skel.progs.nxb_fwd.as_fd(), d, dir)?;
+            attach_pinned(prog, d, dir)?;
         }
         Ok(())
     })();

@@ -29,6 +29,19 @@ pub enum BenchCmd {
         dev: Vec<String>,
         #[arg(long)]
         pin: PathBuf,
+        /// setup-floor: 64-byte lines in its table (natrix's session table for as many
+        /// sessions: max_sessions * 5/8)
+        #[arg(long, default_value_t = 1 << 21)]
+        lines: u32,
+        /// setup-floor experiments: more lines per packet, each in a table of its own (0-3)
+        #[arg(long, default_value_t = 0)]
+        extra_lines: u32,
+        /// setup-floor experiments: each extra line's address needs the line before
+        #[arg(long)]
+        dependent: bool,
+        /// setup-floor experiments: locked adds instead of plain stores
+        #[arg(long)]
+        locked: bool,
     },
     /// Detach and remove what `attach` pinned under DIR.
     Detach {
@@ -58,6 +71,9 @@ pub enum BenchCmd {
 pub enum AttachWhat {
     Sink,
     Fwd,
+    /// The forwarder plus a read and a write of one table line per packet, chosen by the
+    /// flow: the least a gateway that creates state for a new connection does.
+    SetupFloor,
 }
 
 #[derive(Debug, Args)]
@@ -135,12 +151,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
             println!("{}", serde_json::json!({"kind": "gen", "spec": spec, "report": r}));
             Ok(())
         }
-        BenchCmd::Attach { what, dev, pin } => match what {
+        BenchCmd::Attach { what, dev, pin, lines, extra_lines, dependent, locked } => match what {
             AttachWhat::Sink => {
                 anyhow::ensure!(dev.len() == 1, "the sink takes one interface");
                 attach::sink(&dev[0], &pin)
             }
-            AttachWhat::Fwd => attach::fwd(&dev, &pin),
+            AttachWhat::Fwd => attach::fwd(&dev, &pin, None),
+            AttachWhat::SetupFloor => {
+                attach::fwd(&dev, &pin, Some(attach::Floor { lines, extra: extra_lines, dependent, locked }))
+            }
         },
         BenchCmd::Detach { pin } => {
             crate::dataplane::down(&pin)?;
