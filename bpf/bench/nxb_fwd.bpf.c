@@ -131,8 +131,8 @@ static __always_inline int nxb_forward(struct xdp_md *ctx, int tab)
 		/* the packet depends on the line, as a translation depends on its session
 		 * (the table holds zeros: the identification field does not change) */
 		ip->id ^= (__u16)l->w[0];
-		/* a new connection also writes its line (the entry it creates); a plain store,
-		 * the least any insert does */
+		/* a new connection also writes its line (the entry it creates): a plain store,
+		 * the least any insert does, unless an experiment asks for locked adds */
 		if (tab == NXB_TAB_CLAIM) {
 			__u64 v = l->w[0];
 			__u32 *pp = (void *)(ip + 1);

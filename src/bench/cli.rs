@@ -152,6 +152,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             Ok(())
         }
         BenchCmd::Attach { what, dev, pin, lines, extra_lines, dependent, locked } => match what {
+            AttachWhat::Sink | AttachWhat::Fwd if extra_lines != 0 || dependent || locked => {
+                anyhow::bail!("--extra-lines, --dependent and --locked are for the setup floor only")
+            }
             AttachWhat::Sink => {
                 anyhow::ensure!(dev.len() == 1, "the sink takes one interface");
                 attach::sink(&dev[0], &pin)
