@@ -182,9 +182,9 @@ gateway_up() {
 	nft) nft_up ;;
 	kernel) ;;
 	xdpfwd) in_ns "$(gwns xdpfwd)" "$NATRIX" bench attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
-	# natrix's session table for the new-flow runs: NEWFLOW_TABLE * 5/4 slots, 2 per line
+	# a table as large as natrix's session table in the new-flow runs
 	setupfloor) in_ns "$(gwns setupfloor)" "$NATRIX" bench attach setup-floor --dev nxbin,nxbout \
-		--pin "$PIN/floor" --lines $(((NEWFLOW_TABLE * 5 / 4 + 1) / 2)) ;;
+		--pin "$PIN/floor" --sessions "$NEWFLOW_TABLE" ;;
 	direct) in_ns "$(gwns direct)" "$NATRIX" bench attach sink --dev nxbin --pin "$PIN/direct" ;;
 	esac
 }

@@ -130,13 +130,13 @@ static __always_inline int nxb_forward(struct xdp_md *ctx, int tab)
 			return XDP_PASS;
 		/* the packet depends on the line, as a translation depends on its session
 		 * (the table holds zeros: the identification field does not change) */
-		ip->id ^= (__u16)l->w[0];
+		__u64 v = l->w[0];
+		__u32 *pp = (void *)(ip + 1);
+
+		ip->id ^= (__u16)v;
 		/* a new connection also writes its line (the entry it creates): a plain store,
 		 * the least any insert does, unless an experiment asks for locked adds */
-		if (tab == NXB_TAB_CLAIM) {
-			__u64 v = l->w[0];
-			__u32 *pp = (void *)(ip + 1);
-
+		if (tab == NXB_TAB_CLAIM && (void *)(pp + 1) <= end) {
 			if (nxb_x_lock)
 				__sync_fetch_and_add(&l->w[1], 1);
 			else
@@ -146,7 +146,7 @@ static __always_inline int nxb_forward(struct xdp_md *ctx, int tab)
 				__u32 j;
 				struct nxb_line *m;
 
-				if (k > nxb_x_extra || (void *)(pp + 1) > end)
+				if (k > nxb_x_extra)
 					break;
 				g = ((__u64)ip->saddr << 32 | *pp) *
 				    (0x9e3779b97f4a7c15ULL + 2 * k);

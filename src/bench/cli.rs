@@ -29,10 +29,10 @@ pub enum BenchCmd {
         dev: Vec<String>,
         #[arg(long)]
         pin: PathBuf,
-        /// setup-floor: 64-byte lines in its table (natrix's session table for as many
-        /// sessions: max_sessions * 5/8)
-        #[arg(long, default_value_t = 1 << 21)]
-        lines: u32,
+        /// setup-floor: its table is as large as natrix's session table for this many
+        /// sessions (limits.max_sessions)
+        #[arg(long, default_value_t = 4_000_000)]
+        sessions: u32,
         /// setup-floor experiments: more lines per packet, each in a table of its own (0-3)
         #[arg(long, default_value_t = 0)]
         extra_lines: u32,
@@ -151,7 +151,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             println!("{}", serde_json::json!({"kind": "gen", "spec": spec, "report": r}));
             Ok(())
         }
-        BenchCmd::Attach { what, dev, pin, lines, extra_lines, dependent, locked } => match what {
+        BenchCmd::Attach { what, dev, pin, sessions, extra_lines, dependent, locked } => match what {
             AttachWhat::Sink | AttachWhat::Fwd if extra_lines != 0 || dependent || locked => {
                 anyhow::bail!("--extra-lines, --dependent and --locked are for the setup floor only")
             }
@@ -161,7 +161,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
             }
             AttachWhat::Fwd => attach::fwd(&dev, &pin, None),
             AttachWhat::SetupFloor => {
-                attach::fwd(&dev, &pin, Some(attach::Floor { lines, extra: extra_lines, dependent, locked }))
+                attach::fwd(
+                    &dev,
+                    &pin,
+                    Some(attach::Floor {
+                        // two 32-byte slots to a line, as nx_sess holds them
+                        lines: crate::tables::tab_slots(sessions) / 2,
+                        extra: extra_lines,
+                        dependent,
+                        locked,
+                    }),
+                )
             }
         },
         BenchCmd::Detach { pin } => {
