@@ -18,6 +18,7 @@
 #include "nx_common.h"
 #include "nx_maps.h"
 #include "nx_stats.h"
+#include "nx_subs.h"
 
 #define NX_BLOCK_USED_ONE (1ULL << 32)
 
@@ -89,22 +90,32 @@ static long nx_pscan_cb(__u64 i, void *vctx)
 	return 0;
 }
 
-/* Claim a free port in block gid (already reserved by the caller). Returns the outside
- * port in host order, or -1 when the block has no free port. */
-static __noinline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 pidx,
-					__u16 in_port_h, __u64 word)
+/* The protocol index and inside port of a claim, in one argument (a BPF call has five). */
+#define NX_PP(pidx, in_port_h) ((__u32)(pidx) << 16 | (__u16)(in_port_h))
+
+/* Claim a free port in block gid (already reserved by the caller) for subscriber sub.
+ * pp: NX_PP(protocol index, inside port). Returns the outside port in host order, or -1
+ * when the block has no free port. */
+static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *sub, __u32 gid,
+					__u32 pp, __u64 word)
 {
 	__u32 bpa = cfg->blocks_per_addr;
 	__u32 bs = cfg->block_size;
-	__u32 addr_idx, first;
+	__u32 pidx = pp >> 16, in_port_h = pp & 0xffff;
+	__u32 addr_idx, first, hint;
 	struct nx_pscan s;
 
-	if (!bpa || bs < 2)
+	if (!bpa || bs < 2 || pidx >= NX_NPROTO)
 		return -1;
 	addr_idx = gid / bpa;
 	first = cfg->port_lo + (gid - addr_idx * bpa) * bs;
 	s.base = nx_port_index(addr_idx, pidx, first);
 	nx_pscan_init(&s, bs / 2);
+	/* Start at the pair the previous claim drew at random for this one: its port word was
+	 * fetched early (nx_alloc_prefetch). The step stays this claim's own random one. */
+	hint = sub->next_port[pidx] - s.base;
+	if (hint / 2 < s.half)
+		s.start = hint / 2;
 	s.word = word;
 	s.found = -1;
 	/* parity of the offset that gives an outside port of the inside port's parity */
@@ -118,6 +129,10 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, __u32 gid, __u32 
 	}
 	if (s.found < 0)
 		return -1;
+	/* the next claim's first candidate, unpredictable like any other (RFC 6056) */
+	sub->next_port[pidx] = s.base + 2 * (bpf_get_prandom_u32() % s.half);
+	if (sub->cur_block != gid + 1)
+		sub->cur_block = gid + 1;
 	return first + s.found;
 }
 
@@ -228,8 +243,7 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 	if (out_port_h >= cfg->port_lo) {
 		nx_block_unreserve(addr_idx * bpa + (out_port_h - cfg->port_lo) / bs);
 	} else {
-		__u32 sip = (__u32)(word >> 16);
-		struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
+		struct nx_sub *sub = nx_sub_lookup(cfg, (__u32)(word >> 16));
 
 		if (sub)
 			__sync_fetch_and_sub(&sub->low_used, 1);
@@ -247,8 +261,8 @@ struct nx_slots {
 	struct nx_sub *sub;
 	__u64 word;
 	__u32 sip;
-	__u32 pidx;
-	__u16 in_port_h;
+	__u32 pp;	 /* NX_PP(protocol index, inside port) */
+	__u32 skip;	 /* gid + 1 of a block already tried (cur_block), or 0 */
 	__u32 nslots;	 /* slots the config uses (max_blocks) */
 	__s32 free_slot; /* lowest reusable slot, -1 if none */
 	__u32 free_val;	 /* what that slot held (0, or a block released meanwhile) */
@@ -271,13 +285,15 @@ static long nx_slots_cb(__u64 i, void *vctx)
 		return 0;
 	}
 	gid = v - 1;
+	if (v == c->skip)
+		return 0; /* tried first, and full */
 	if (nx_block_reserve(gid, c->sip) < 0) {
 		/* released by the daemon (or never ours): the slot is reusable */
 		c->free_slot = slot;
 		c->free_val = v;
 		return 0;
 	}
-	port = nx_claim_in_block(c->cfg, gid, c->pidx, c->in_port_h, c->word);
+	port = nx_claim_in_block(c->cfg, c->sub, gid, c->pp, c->word);
 	if (port >= 0) {
 		c->port = port;
 		return 1;
@@ -292,7 +308,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 					 __u32 pidx, __u16 in_port_h)
 {
 	struct nx_slots c = {};
-	__u32 max = cfg->max_blocks, top;
+	__u32 max = cfg->max_blocks, top, cur;
 	__s64 gid;
 	int port;
 
@@ -301,11 +317,21 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	c.cfg = cfg;
 	c.sub = sub;
 	c.sip = sip;
-	c.pidx = pidx;
-	c.in_port_h = in_port_h;
+	c.pp = NX_PP(pidx, in_port_h);
 	c.word = nx_port_word(sip, in_port_h);
 	c.free_slot = -1;
 	c.port = -1;
+	/* The block the last port came from first: its word and the candidate port's are what
+	 * nx_alloc_prefetch fetched, and the block slots (two more lines) are not read at all
+	 * while it has room. */
+	cur = *(volatile __u32 *)&sub->cur_block;
+	if (cur && nx_block_reserve(cur - 1, sip) == 0) {
+		port = nx_claim_in_block(cfg, sub, cur - 1, c.pp, c.word);
+		if (port >= 0)
+			return port;
+		nx_block_unreserve(cur - 1);
+		c.skip = cur;
+	}
 	/* Slots fill from 0 up: skip the empty ones above the newest block with a plain loop
 	 * (a few loads) rather than one callback each; the lowest of them is the slot a new
 	 * block would take if every held block is full. */
@@ -335,7 +361,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		nx_count(NX_STAT_ALLOC_RETRY);
 		return NX_ALLOC_AGAIN;
 	}
-	port = nx_claim_in_block(cfg, gid, pidx, in_port_h, c.word);
+	port = nx_claim_in_block(cfg, sub, gid, c.pp, c.word);
 	if (port < 0) {
 		nx_block_unreserve(gid);
 		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
@@ -348,23 +374,19 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
  * own if that one is full. */
 static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32 sip, int *reason)
 {
-	struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
-	struct nx_scratch *scratch;
-	struct nx_sub *fresh;
-	__u32 zero = 0;
-	__s64 gid = -1;
-	__u32 n = cfg->n_addrs;
-	long err;
+	struct nx_sub *sub = nx_sub_lookup(cfg, sip);
+	__u32 n = cfg->n_addrs, a = 0, ti = NX_TAB_SUBS, *cnt;
+	__s64 gid = -1, r;
 
 	if (sub)
 		return sub;
-	scratch = bpf_map_lookup_elem(&nx_scratch, &zero);
-	if (!scratch) {
-		*reason = NX_DROP_INTERNAL;
+	/* a full table refuses before a block is taken from the pool (nx_sub_insert checks
+	 * again, exactly) */
+	cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
+	if (!cnt || *(volatile __u32 *)cnt >= cfg->sub_max) {
+		*reason = NX_DROP_TABLE_FULL;
 		return 0;
 	}
-	fresh = &scratch->sub;
-	__builtin_memset(fresh, 0, sizeof(*fresh));
 	if (!n) {
 		*reason = NX_DROP_POOL_EXHAUSTED;
 		return 0;
@@ -374,13 +396,10 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 		/* First the address the daemon designated; if a burst of new subscribers filled
 		 * it before the next sweep, addresses spread by a hash of the subscriber's, so a
 		 * burst does not pile onto the hint's neighbours. */
-		__u32 a = t == 0 ? cfg->addr_hint % n : (sip * 2654435761u + t * 40503u) % n;
-
+		a = t == 0 ? cfg->addr_hint % n : (sip * 2654435761u + t * 40503u) % n;
 		gid = nx_block_claim(cfg, a, sip);
-		if (gid >= 0) {
-			fresh->addr_idx = a;
+		if (gid >= 0)
 			break;
-		}
 	}
 	if (gid < 0) {
 		*reason = NX_DROP_POOL_EXHAUSTED;
@@ -388,24 +407,25 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 	}
 	/* The block is recorded with its reservation dropped: the first port is claimed
 	 * through the normal path, which reserves again. */
-	fresh->blocks[0] = (__u32)gid + 1;
-	fresh->rate_tokens = cfg->max_new_per_sec;
-	fresh->rate_ts = bpf_ktime_get_coarse_ns();
 	nx_block_unreserve(gid);
-	err = bpf_map_update_elem(&nx_subs, &sip, fresh, BPF_NOEXIST);
-	if (err) {
+	r = nx_sub_insert(sip, a, (__u32)gid);
+	if (r < 0 || !(r & NX_TAB_NEW)) {
 		/* lost the race to another CPU (or the table is full): give the block back */
 		__u64 *w = nx_block(gid);
 
 		if (w)
 			__sync_val_compare_and_swap(w, (__u64)sip, 0);
-		sub = bpf_map_lookup_elem(&nx_subs, &sip);
-		if (!sub)
-			*reason = NX_DROP_TABLE_FULL;
-		return sub;
+		if (r < 0) {
+			*reason = (int)-r;
+			return 0;
+		}
+	} else {
+		nx_count(NX_STAT_SUB_CREATED);
 	}
-	nx_count(NX_STAT_SUB_CREATED);
-	return bpf_map_lookup_elem(&nx_subs, &sip);
+	sub = nx_sub_at((__u32)r);
+	if (!sub)
+		*reason = NX_DROP_INTERNAL;
+	return sub;
 }
 
 /* Port class (RFC 4787 REQ-3): an inside port below 1024 gets an outside port below 1024.
@@ -513,6 +533,31 @@ __noinline long nx_sub_pool_addr(__u32 sip)
 	if (!addr)
 		return -NX_DROP_INTERNAL;
 	return (long)*addr;
+}
+
+/* Called as soon as the session lookup of an outbound packet that may open a connection
+ * misses: plain loads of the subscriber's hot line and of the port word its next claim
+ * tries first, whose values nothing waits for. The CPU issues both misses now and goes on
+ * with the mapping lookup; by the time nx_alloc needs them they are (nearly) in the cache,
+ * where otherwise they would be two more misses in a row (docs/PERFORMANCE.md, R18-R19).
+ * No effect on state; a stale hint only makes the load useless. */
+static __always_inline void nx_alloc_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx)
+{
+	struct nx_sub *sub;
+	__u32 idx;
+	__u64 *w, v;
+
+	if (!cfg->sub_nslots || pidx >= NX_NPROTO)
+		return;
+	sub = nx_sub_at(nx_sub_home(nx_sub_hash(cfg, sip), cfg->sub_nslots));
+	if (!sub || *(volatile __u64 *)&sub->key != NX_SUB_KEY(NX_SUB_LIVE, sip))
+		return;
+	idx = sub->next_port[pidx];
+	w = bpf_map_lookup_elem(&nx_ports, &idx);
+	if (!w)
+		return;
+	v = *(volatile __u64 *)w;
+	asm volatile("" ::"r"(v));
 }
 
 #endif /* NX_ALLOC_H */

@@ -101,12 +101,15 @@ struct {
 	__uint(map_flags, BPF_F_MMAPABLE);
 } nx_blocks SEC(".maps");
 
-/* Inside address -> subscriber (paired pool address and block slots). */
+/* Inside address -> subscriber (paired pool address, block slots, hints for the next
+ * claim): open-addressed, one 192-byte entry a slot (nx_subs.h); mmapable: the daemon
+ * and the CLI read it directly. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct nx_sub);
+	__uint(map_flags, BPF_F_MMAPABLE);
 } nx_subs SEC(".maps");
 
 /* The BIB: inside endpoint -> outside endpoint (endpoint-independent mapping). An
@@ -128,11 +131,11 @@ struct {
 	__uint(map_flags, BPF_F_MMAPABLE);
 } nx_sess SEC(".maps");
 
-/* Entries in each of the two tables (enum nx_tab_id), kept exact by inserts and deletes:
- * it is what enforces the configured sizes. */
+/* Entries in each table (enum nx_tab_id: sessions, mappings, subscribers), kept exact by
+ * inserts and deletes: it is what enforces the configured sizes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u32);
 } nx_tab_cnt SEC(".maps");
@@ -181,7 +184,6 @@ struct {
 
 /* Per-CPU scratch space for structures too large for the 512-byte BPF stack. */
 struct nx_scratch {
-	struct nx_sub sub;
 	struct bpf_fib_lookup fib;
 };
 

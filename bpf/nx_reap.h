@@ -38,8 +38,7 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, __u32 slot, str
 		      nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port))) {
 		/* a port-class port: the subscriber holds one fewer (see nx_alloc_low_port) */
 		if (out_port < cfg->port_lo) {
-			__u32 sip = mk->in_ip;
-			struct nx_sub *sub = bpf_map_lookup_elem(&nx_subs, &sip);
+			struct nx_sub *sub = nx_sub_lookup(cfg, mk->in_ip);
 
 			if (sub)
 				__sync_fetch_and_sub(&sub->low_used, 1);
@@ -124,6 +123,8 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 
 			if (r >= 0 && (r & NX_TAB_NEW))
 				a->deleted++; /* here: added */
+		} else if (a->op == NX_REAP_SUBS) {
+			a->deleted += nx_sub_delete(a->subs[i]);
 		} else if (a->op == NX_CTL_STATIC_DEL) {
 			struct nx_map_key mk = a->maps[i];
 			__u32 slot = nx_maps_find(nx_map_k0(&mk));

@@ -103,8 +103,12 @@ struct nx_config {
 	__u64 clk_mult; /* TICK_NSEC << (32 - NX_TICK_SHIFT) */
 	__u32 clk_off;
 	__u32 clk_hz; /* the kernel's HZ, for information */
+	/* Geometry of the subscriber table (nx_subs.h): home slots (the array has
+	 * NX_SUB_PROBE more) and the most subscribers it may hold. */
+	__u32 sub_nslots;
+	__u32 sub_max;
 };
-nx_static_assert(sizeof(struct nx_config) == 160, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 168, "nx_config layout");
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
@@ -130,16 +134,42 @@ nx_static_assert(sizeof(struct nx_config) == 160, "nx_config layout");
 #define NX_BLOCK_OWNER(w) ((__u32)(w))
 #define NX_BLOCK_USED(w) ((__u32)((w) >> 32))
 
-/* ---- Subscribers (map nx_subs, hash by inside address) ------------------------------ */
+/* ---- Subscribers (map nx_subs, open-addressed by inside address, see nx_subs.h) -----
+ * One 192-byte entry per slot, three cache lines: the first holds everything a new
+ * connection of a known subscriber reads in the common case (key, pool address, rate
+ * state, the block it last claimed from and the port each protocol tries first), so the
+ * packet path can fetch it, and the port word it names, early and in parallel with the
+ * mapping lookup; the other two hold the block slots, read only when that block is full.
+ * key: state (enum nx_sub_state) in bits 33..32, inside address (network order) in 31..0;
+ * changed only with compare-and-swap. */
+enum nx_sub_state {
+	NX_SUB_EMPTY = 0, /* never used: a lookup stops here */
+	NX_SUB_BUSY = 1,  /* claimed by an insert, not yet readable */
+	NX_SUB_LIVE = 2,
+	NX_SUB_TOMB = 3, /* deleted: a lookup goes on past it, an insert may reuse it */
+};
+
+#define NX_SUB_KEY(state, ip) ((__u64)(state) << 32 | (__u32)(ip))
+#define NX_SUB_STATE(key) ((__u32)((key) >> 32) & 3)
+
 struct nx_sub {
+	/* line 0: the hot part */
+	__u64 key;
 	__u32 addr_idx; /* paired pooling: every block of the subscriber is on this address */
 	__u32 flags;
 	__u64 rate_ts; /* token bucket for the new-mapping rate limit (ns) */
 	__u32 rate_tokens;
-	__u32 low_used; /* outside ports < 1024 held (port class), outside the blocks */
-	/* global block id + 1 of each block the subscriber holds; 0 = empty slot */
+	__u32 low_used;	 /* outside ports < 1024 held (port class), outside the blocks */
+	__u32 cur_block; /* global block id + 1 of the block the last port came from; a hint */
+	/* per protocol: the nx_ports index of the (even offset of the) port pair the next
+	 * claim in cur_block tries first, drawn at random when the previous claim succeeded
+	 * (RFC 6056: unpredictable); 0 = none. A hint: checked against the block on use. */
+	__u32 next_port[NX_NPROTO];
+	__u32 pad[4];
+	/* lines 1-2: global block id + 1 of each block the subscriber holds; 0 = empty slot */
 	__u32 blocks[NX_MAX_BLOCKS_PER_SUB];
 };
+nx_static_assert(sizeof(struct nx_sub) == 192, "nx_sub: three cache lines");
 
 /* ---- Open-addressed tables (maps nx_maps and nx_sess, see nx_tab.h) -----------------
  * Both are mmapable arrays of 32-byte slots, two slots to a 64-byte bucket. The first
@@ -154,6 +184,7 @@ struct nx_sub {
 enum nx_tab_id {
 	NX_TAB_SESS = 0,
 	NX_TAB_MAPS = 1,
+	NX_TAB_SUBS = 2, /* the subscriber table (nx_subs.h): its entry count only */
 };
 
 enum nx_slot_state {
@@ -306,6 +337,7 @@ enum nx_reap_op {
 	NX_REAP_MAPPINGS = 2,  /* maps[] holds candidate mapping keys (nsess == 0) */
 	NX_CTL_STATIC_ADD = 3, /* statics[]: add these static mappings ([[forward]]) */
 	NX_CTL_STATIC_DEL = 4, /* maps[]: delete these static mappings */
+	NX_REAP_SUBS = 5,      /* subs[]: subscribers that held no port (inside addresses) */
 };
 
 /* A static mapping for NX_CTL_STATIC_ADD (the port word is the daemon's to write). */
@@ -327,6 +359,7 @@ struct nx_reap_args {
 		struct nx_sess_key sess[NX_REAP_BATCH];
 		struct nx_map_key maps[NX_REAP_BATCH];
 		struct nx_static_map statics[NX_REAP_BATCH];
+		__u32 subs[NX_REAP_BATCH];
 	};
 };
 

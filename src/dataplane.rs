@@ -114,7 +114,7 @@ impl Sizes {
             pool: n.max(1),
             ports: (n * NPROTO * 65536).max(1),
             blocks: (n * c.block_count_per_addr()).max(1),
-            subs: c.limits.max_subscribers,
+            subs: crate::tables::sub_slots(c.limits.max_subscribers),
             // slots of the open-addressed tables (bpf/nx_tab.h): two per bucket
             maps: crate::tables::tab_slots(c.limits.max_mappings),
             sess: crate::tables::tab_slots(c.limits.max_sessions),
@@ -239,6 +239,8 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         clk_mult: 0,
         clk_off: 0,
         clk_hz: 0,
+        sub_nslots: crate::tables::sub_home_slots(c.limits.max_subscribers),
+        sub_max: c.limits.max_subscribers,
     }
 }
 

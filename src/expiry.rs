@@ -24,6 +24,7 @@ use crate::tables::{
 
 const NX_REAP_SESSIONS: u32 = 1;
 const NX_REAP_MAPPINGS: u32 = 2;
+const NX_REAP_SUBS: u32 = 5;
 const BATCH: usize = 64;
 
 /// What one sweep did.
@@ -163,16 +164,29 @@ impl Sweeper {
         }
         self.empty_last = empty_now;
 
-        // 4. subscribers with no block left
-        for (ip, sub) in t.subscribers()? {
-            let owns = sub.blocks.iter().any(|&s| {
-                s != 0 && blocks.get((s - 1) as usize).is_some_and(|b| b.load(Ordering::Relaxed) as u32 == ip)
-            });
-            // a subscriber holding port-class ports keeps its entry (and so its address)
-            if !owns && sub.low_used == 0 {
-                let _ = t.subs.delete(&ip.to_ne_bytes());
-                r.subscribers_removed += 1;
-            }
+        // 4. subscribers with no block left; the reaper checks again under the entry's
+        // lock before it deletes
+        let gone: Vec<u32> = t
+            .subscribers()?
+            .into_iter()
+            .filter(|(ip, sub)| {
+                let owns = sub.blocks.iter().any(|&s| {
+                    s != 0
+                        && blocks
+                            .get((s - 1) as usize)
+                            .is_some_and(|b| b.load(Ordering::Relaxed) as u32 == *ip)
+                });
+                // a subscriber holding port-class ports keeps its entry (and so its address)
+                !owns && sub.low_used == 0
+            })
+            .map(|(ip, _)| ip)
+            .collect();
+        for chunk in gone.chunks(BATCH) {
+            let mut a = nx_reap_args { op: NX_REAP_SUBS, n: chunk.len() as u32, now_s, ..Default::default() };
+            // SAFETY: the union's subscriber view, as op says.
+            unsafe { a.__anon_nx_reap_args_1.subs[..chunk.len()].copy_from_slice(chunk) };
+            self.run(reaper, &mut a)?;
+            r.subscribers_removed += a.deleted;
         }
 
         // 5. where the next subscriber goes

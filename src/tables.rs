@@ -67,6 +67,20 @@ pub fn tab_slots(max: u32) -> u32 {
     2 * (tab_buckets(max) + TAB_PROBE)
 }
 
+/// The subscriber table (bpf/nx_subs.h): home slots for `max` subscribers (half full at
+/// most), and the array's length (NX_SUB_PROBE slots more: a search never wraps).
+pub const SUB_PROBE: u32 = 32;
+pub fn sub_home_slots(max: u32) -> u32 {
+    (max as u64 * 2).clamp(1, (i32::MAX as u64) - SUB_PROBE as u64) as u32
+}
+
+pub fn sub_slots(max: u32) -> u32 {
+    sub_home_slots(max) + SUB_PROBE
+}
+
+/// Subscriber key word states (bits 33..32 of `nx_sub.key`).
+pub const SUB_LIVE: u64 = 2;
+
 pub fn tab_hash(k0: u64, k1: u64, seed: u32) -> u64 {
     let s = (seed as u64) << 32 | seed as u64;
     let mut h = (k0 ^ s).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -324,62 +338,6 @@ impl Tables {
             .collect()
     }
 
-    fn dump<K: Copy + Default, V: Copy + Default>(
-        map: &MapHandle,
-        name: &'static str,
-    ) -> Result<Vec<(K, V)>> {
-        use std::os::fd::AsRawFd;
-        // Batched reads, one syscall per 4096 entries rather than two per entry, until the
-        // kernel says ENOENT. (libbpf-rs 0.27's iterator stops at the first short batch,
-        // and a hash map returns short batches at bucket boundaries: it saw ~25k of 10M.)
-        const CAP: usize = 4096;
-        let (ks, vs) = (std::mem::size_of::<K>(), std::mem::size_of::<V>());
-        let mut keys = vec![0u8; ks * CAP];
-        let mut vals = vec![0u8; vs * CAP];
-        let (mut token_in, mut token_out) = (0u64, 0u64);
-        let mut first = true;
-        let mut out = Vec::new();
-        let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
-            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
-            elem_flags: 0,
-            flags: 0,
-        };
-        loop {
-            let mut count = CAP as u32;
-            // SAFETY: buffers hold CAP keys and values of the map's sizes (K and V are the
-            // map's key and value types); the batch tokens are 8 bytes, more than a hash
-            // map's 4-byte bucket cursor.
-            let rc = unsafe {
-                libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
-                    map.as_fd().as_raw_fd(),
-                    if first { std::ptr::null_mut() } else { (&mut token_in as *mut u64).cast() },
-                    (&mut token_out as *mut u64).cast(),
-                    keys.as_mut_ptr().cast(),
-                    vals.as_mut_ptr().cast(),
-                    &mut count,
-                    &opts,
-                )
-            };
-            let err = if rc < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(-rc) } else { 0 };
-            for i in 0..(count as usize).min(CAP) {
-                out.push((read_pod::<K>(&keys[i * ks..]), read_pod::<V>(&vals[i * vs..])));
-            }
-            match err {
-                0 => {}
-                libc::ENOENT => break,
-                e => {
-                    return Err(TableError::Map {
-                        map: name,
-                        source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(e)),
-                    })
-                }
-            }
-            token_in = token_out;
-            first = false;
-        }
-        Ok(out)
-    }
-
     /// An open-addressed table's map, name and key bits of its first word.
     fn tab(&self, tab: usize) -> (&MapHandle, &'static str, u64) {
         match tab {
@@ -544,11 +502,37 @@ impl Tables {
         Ok(None)
     }
 
+    /// Every live subscriber (inside address in network order, entry), read through mmap;
+    /// an entry changing while read (key word different after) is skipped.
     pub fn subscribers(&self) -> Result<Vec<(u32, nx_sub)>> {
-        Ok(Self::dump::<[u8; 4], nx_sub>(&self.subs, "nx_subs")?
-            .into_iter()
-            .map(|(k, v)| (u32::from_ne_bytes(k), v))
-            .collect())
+        const WORDS: usize = std::mem::size_of::<nx_sub>() / 8;
+        let m = MmapWords::new(&self.subs, "nx_subs")?;
+        let mut out = Vec::new();
+        for e in m.words().chunks_exact(WORDS) {
+            let k = e[0].load(Ordering::Acquire);
+            if (k >> 32) & 3 != SUB_LIVE {
+                continue;
+            }
+            let mut b = [0u8; WORDS * 8];
+            for (i, w) in e.iter().enumerate() {
+                b[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Acquire).to_ne_bytes());
+            }
+            if e[0].load(Ordering::Acquire) != k {
+                continue;
+            }
+            out.push((k as u32, read_pod::<nx_sub>(&b)));
+        }
+        Ok(out)
+    }
+
+    /// Subscribers as the data plane counts them (what enforces limits.max_subscribers).
+    pub fn subscriber_count(&self) -> Result<u32> {
+        let v = self
+            .tab_cnt
+            .lookup(&2u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("nx_tab_cnt"))?
+            .unwrap_or_default();
+        Ok(if v.len() >= 4 { read_pod::<u32>(&v) } else { 0 })
     }
 
     pub fn mapping(&self, k: &nx_map_key) -> Result<Option<nx_map>> {

@@ -17,7 +17,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::pkt::*;
-use natrix::dataplane::ip_from_be;
+use natrix::dataplane::{ip_be, ip_from_be};
 
 // ---- helpers -------------------------------------------------------------------------------
 
@@ -643,6 +643,134 @@ fn ports_within_a_block_are_not_predictable() {
             adjacent < 56,
             "expected the 64 ports not to form one run of consecutive even ports, {adjacent} are followed by the next ({ports:?})"
         );
+    });
+}
+
+/// The early fetch of the allocator (nx_alloc_prefetch) only pays if the claim starts where
+/// it fetched: each claim draws at random the port pair the next claim of its protocol
+/// tries first, and keeps it in the subscriber's first line (next_port, an nx_ports index,
+/// inside the block the last port came from, cur_block). A free candidate is exactly what
+/// the next mapping gets, with the inside port's parity; a taken one is passed over.
+#[test]
+fn next_claim_starts_at_the_drawn_candidate() {
+    with_env(&cfg(), |env| {
+        let o = xlate_out(env, &Pkt::udp(sub(1), 30000, SERVER, 53), None, "first flow");
+        let addr = env.pool_index(o.0);
+        let (lo, bs, bpa) =
+            (env.cfg.pool.port_lo as u32, env.cfg.nat.block_size as u32, env.cfg.block_count_per_addr());
+        let mut hits = 0;
+        for i in 0..40u16 {
+            let s = env.subscriber(sub(1)).expect("expected the subscriber entry");
+            let idx = s.next_port[1]; // UDP
+            assert_eq!(
+                idx >> 16,
+                addr * 3 + 1,
+                "expected the UDP candidate {idx:#x} on the subscriber's address, UDP"
+            );
+            let cand = idx & 0xffff;
+            assert_eq!(
+                addr * bpa + (cand - lo) / bs + 1,
+                s.cur_block,
+                "expected the candidate port {cand} inside the current block (gid + 1 = {})",
+                s.cur_block
+            );
+            assert_eq!((cand - lo) % 2, 0, "expected the candidate at an even offset of its block");
+            let inp = 30001 + i;
+            let want = (cand + ((inp as u32 ^ cand) & 1)) as u16;
+            let free = env.port_word(addr, UDP, want) == PORT_FREE;
+            let o = xlate_out(env, &Pkt::udp(sub(1), inp, SERVER, 53), None, "UDP flow");
+            if free {
+                assert_eq!(o.1, want, "expected flow {i} on the drawn candidate {want}, it got {}", o.1);
+                hits += 1;
+            } else {
+                assert_ne!(o.1, want, "expected a taken candidate {want} passed over");
+            }
+        }
+        assert!(hits >= 10, "expected most of 40 candidates in a 256-port block free, {hits} were");
+        check_allocation(env, "after 41 flows");
+        // per protocol: a TCP claim draws a TCP candidate and leaves UDP's alone
+        let udp = env.subscriber(sub(1)).expect("subscriber").next_port[1];
+        xlate_out(env, &Pkt::tcp(sub(1), 31000, SERVER, 443, SYN), None, "TCP SYN");
+        let s = env.subscriber(sub(1)).expect("subscriber");
+        assert_eq!(s.next_port[0] >> 16, addr * 3, "expected a TCP candidate after a TCP claim");
+        assert_eq!(s.next_port[1], udp, "expected the UDP candidate unchanged by a TCP claim");
+    });
+}
+
+/// A full subscriber table (limits.max_subscribers) refuses a new subscriber with
+/// table_full before any block is taken from the pool, and evicts nobody: the subscribers
+/// it holds keep their mappings and open new ones.
+#[test]
+fn subscriber_table_full_refuses_and_evicts_nothing() {
+    with_env(&cfg().set("limits", "max_subscribers", "2"), |env| {
+        let a = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "subscriber 1");
+        let b = xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "subscriber 2");
+        let owned = natrix::expiry::usage(&env.dp.tables).expect("usage").0;
+        expect_refused(env, &Pkt::udp(sub(3), 40000, SERVER, 53), "table_full", "third subscriber");
+        assert_eq!(env.subscriber_count(), 2, "expected the data plane to count 2 subscribers");
+        assert!(env.subscriber(sub(3)).is_none(), "expected no entry for the refused subscriber");
+        assert_eq!(
+            natrix::expiry::usage(&env.dp.tables).expect("usage").0,
+            owned,
+            "expected no block taken for the refused subscriber"
+        );
+        xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), Some(a), "subscriber 1 again");
+        let a2 = xlate_out(env, &Pkt::udp(sub(1), 40001, SERVER, 53), None, "subscriber 1, new flow");
+        assert_eq!(a2.0, a.0, "expected subscriber 1's new flow on its own address");
+        xlate_in(
+            env,
+            &reply(&Pkt::udp(sub(2), 40000, SERVER, 53), b),
+            (sub(2), 40000),
+            "reply to subscriber 2",
+        );
+        check_allocation(env, "after a refused subscriber");
+    });
+}
+
+/// Deleted subscribers leave tombstones that later subscribers reuse: 48 subscribers come
+/// and go through a table of 4 (8 home slots, 40 in all), each created by a later fragment
+/// (which takes a block but no port) and removed two sweeps later (the empty block, then
+/// the subscriber). Every round all four are found, counted and on their block's address.
+#[test]
+fn subscriber_slots_are_reused_after_deletion() {
+    with_env(&cfg().set("limits", "max_subscribers", "4"), |env| {
+        let mut removed = 0;
+        for round in 0..12u8 {
+            let ips: Vec<Ipv4Addr> = (0..4u8).map(|n| Ipv4Addr::new(100, 64, 50 + round, 1 + n)).collect();
+            for ip in &ips {
+                let (_, f2) = fragment(&frag_datagram(Pkt::udp(*ip, 40000, SERVER, 53)).build(), 64);
+                let before = env.stats();
+                let out =
+                    env.expect_verdict(Side::Inside, &f2, XDP_REDIRECT, "later fragment of a new subscriber");
+                env.assert_some_counters(&before, &[("subscribers_created", 1)], "a new subscriber");
+                let s = env
+                    .subscriber(*ip)
+                    .unwrap_or_else(|| panic!("round {round}: expected {ip} in the table"));
+                assert_eq!(
+                    env.pool_index(src_ip(&out)),
+                    s.addr_idx,
+                    "round {round}: {ip} on its entry's address"
+                );
+                let gid = s.blocks[0] - 1;
+                assert_eq!(
+                    env.block_word(gid) as u32,
+                    ip_be(*ip),
+                    "round {round}: block {gid} owned by {ip}"
+                );
+            }
+            assert_eq!(env.subscriber_count(), 4, "round {round}: expected 4 subscribers counted");
+            let mut live: Vec<u32> = env.subscribers().into_iter().map(|(k, _)| k).collect();
+            live.sort_unstable();
+            let mut want: Vec<u32> = ips.iter().map(|ip| ip_be(*ip)).collect();
+            want.sort_unstable();
+            assert_eq!(live, want, "round {round}: expected exactly this round's subscribers live");
+            for _ in 0..2 {
+                removed += env.sweep().subscribers_removed;
+            }
+            assert_eq!(removed, 4 * (round as u32 + 1), "round {round}: expected its 4 subscribers removed");
+            assert_eq!(env.subscriber_count(), 0, "round {round}: expected none counted");
+            assert!(env.subscribers().is_empty(), "round {round}: expected none live");
+        }
     });
 }
 

@@ -529,6 +529,11 @@ impl Env {
         self.dp.tables.subscribers().expect("expected nx_subs to be readable")
     }
 
+    /// Subscribers as the data plane counts them (nx_tab_cnt), which enforces the limit.
+    pub fn subscriber_count(&self) -> u32 {
+        self.dp.tables.subscriber_count().expect("expected nx_tab_cnt to be readable")
+    }
+
     pub fn subscriber(&self, ip: Ipv4Addr) -> Option<nx_sub> {
         self.subscribers().into_iter().find(|(k, _)| *k == ip_be(ip)).map(|(_, s)| s)
     }

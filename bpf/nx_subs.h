@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* The subscriber table: inside address -> struct nx_sub, open addressing with linear
+ * probing over an mmapable array of 192-byte entries (layout in nx_types.h).
+ *
+ * Why not a BPF hash map: every new connection of a known subscriber starts here, and a
+ * kernel hash lookup is a chain of dependent loads (bucket, element) behind a jhash. The
+ * packet path wants to fetch the subscriber early, together with the port word the next
+ * claim will try (nx_alloc_prefetch), while the mapping lookup is still missing the cache;
+ * that only pays when the entry is one computed address away (docs/PERFORMANCE.md, R18
+ * and R19). Here the home slot is a multiply-shift of a hash of the address: one load
+ * reads the key and the hot line.
+ *
+ * Lookup: from the home slot on, compare key words; LIVE with the address is the entry,
+ * EMPTY ends the search, BUSY and TOMB are passed. At most NX_SUB_PROBE slots (the array
+ * has that many more than home slots, so no wrap-around). Lock-free.
+ *
+ * Insert (a new subscriber, rare): under the key's lock stripe (nx_tab_locks), look again,
+ * check the count against the configured size (a full table refuses, never evicts), claim
+ * the first EMPTY or TOMB slot with compare-and-swap (-> BUSY), fill it, publish it LIVE.
+ *
+ * Delete (the reaper, for the daemon): under the same lock stripe, check again that the
+ * subscriber holds no block and no port-class port, then LIVE -> TOMB. Tombstones are never
+ * turned back to EMPTY (a lock-free reader could then stop short of an entry inserted past
+ * them); inserts reuse them, so live entries and tombstones together never exceed the
+ * slots ever used, and the table is sized at twice max_subscribers: a lookup of a present
+ * subscriber reads its home line nearly always, an absent one (a new subscriber) at most
+ * NX_SUB_PROBE.
+ */
+#ifndef NX_SUBS_H
+#define NX_SUBS_H
+
+#include "nx_common.h"
+#include "nx_maps.h"
+#include "nx_stats.h"
+#include "nx_tab.h"
+
+#define NX_SUB_PROBE 32
+/* Second hash word for subscriber keys: their lock stripes and homes differ from what a
+ * mapping or session key of the same bits would get. */
+#define NX_SUB_HASH_K1 0x5355425355425355ULL
+
+static __always_inline __u64 nx_sub_hash(struct nx_config *cfg, __u32 sip)
+{
+	return nx_tab_hash(sip, NX_SUB_HASH_K1, cfg->tab_seed);
+}
+
+static __always_inline __u32 nx_sub_home(__u64 h, __u32 nslots)
+{
+	return (__u32)(((h >> 32) * nslots) >> 32);
+}
+
+static __always_inline struct nx_sub *nx_sub_at(__u32 i)
+{
+	return bpf_map_lookup_elem(&nx_subs, &i);
+}
+
+/* The slot holding subscriber sip, or NX_TAB_NONE. Global: verified once. */
+__noinline __u32 nx_sub_find(__u32 sip)
+{
+	struct nx_config *cfg = nx_config();
+	__u64 want = NX_SUB_KEY(NX_SUB_LIVE, sip);
+	__u32 home;
+
+	if (!cfg || !cfg->sub_nslots)
+		return NX_TAB_NONE;
+	home = nx_sub_home(nx_sub_hash(cfg, sip), cfg->sub_nslots);
+	for (__u32 i = 0; i < NX_SUB_PROBE; i++) {
+		struct nx_sub *e = nx_sub_at(home + i);
+		__u64 k;
+
+		if (!e)
+			return NX_TAB_NONE;
+		k = *(volatile __u64 *)&e->key;
+		if (k == want)
+			return home + i;
+		if (NX_SUB_STATE(k) == NX_SUB_EMPTY)
+			return NX_TAB_NONE;
+	}
+	return NX_TAB_NONE;
+}
+
+/* The subscriber entry of sip, or NULL: its home slot checked inline (where nearly every
+ * entry lives), the rest of the probe sequence through nx_sub_find. */
+static __always_inline struct nx_sub *nx_sub_lookup(struct nx_config *cfg, __u32 sip)
+{
+	struct nx_sub *e;
+
+	if (!cfg->sub_nslots)
+		return 0;
+	e = nx_sub_at(nx_sub_home(nx_sub_hash(cfg, sip), cfg->sub_nslots));
+	if (e && *(volatile __u64 *)&e->key == NX_SUB_KEY(NX_SUB_LIVE, sip))
+		return e;
+	if (e && NX_SUB_STATE(*(volatile __u64 *)&e->key) == NX_SUB_EMPTY)
+		return 0;
+	return nx_sub_at(nx_sub_find(sip));
+}
+
+/* Create subscriber sip on pool address addr_idx holding block gid (global id, already
+ * claimed for sip). Returns the slot, with NX_TAB_NEW set when this call created it (an
+ * existing entry is returned as it is, and the caller gives its block back), or -reason.
+ * Global: verified once. */
+__noinline __s64 nx_sub_insert(__u32 sip, __u32 addr_idx, __u32 gid)
+{
+	struct nx_config *cfg = nx_config();
+	__u32 ti = NX_TAB_SUBS, home, s = NX_TAB_NONE;
+	__s64 rc = -NX_DROP_TABLE_FULL;
+	struct nx_sub *e = 0;
+	__u32 *lock, *cnt;
+	__u64 h;
+
+	if (!cfg || !cfg->sub_nslots)
+		return -NX_DROP_INTERNAL;
+	h = nx_sub_hash(cfg, sip);
+	lock = nx_tab_lock(h);
+	cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
+	if (!lock || !cnt)
+		return -NX_DROP_INTERNAL;
+	if (nx_tab_lock_take(lock) < 0)
+		return -NX_DROP_TABLE_BUSY;
+	s = nx_sub_find(sip);
+	if (s != NX_TAB_NONE) {
+		rc = s;
+		goto out;
+	}
+	if (__sync_fetch_and_add(cnt, 1) >= cfg->sub_max) {
+		__sync_fetch_and_sub(cnt, 1);
+		goto out;
+	}
+	home = nx_sub_home(h, cfg->sub_nslots);
+	for (__u32 i = 0; i < NX_SUB_PROBE; i++) {
+		__u64 k;
+
+		e = nx_sub_at(home + i);
+		if (!e)
+			break;
+		k = *(volatile __u64 *)&e->key;
+		/* a slot another subscriber's insert takes first (other stripes) is passed */
+		if ((NX_SUB_STATE(k) == NX_SUB_EMPTY || NX_SUB_STATE(k) == NX_SUB_TOMB) &&
+		    __sync_val_compare_and_swap(&e->key, k, NX_SUB_KEY(NX_SUB_BUSY, sip)) == k) {
+			s = home + i;
+			break;
+		}
+		e = 0;
+	}
+	if (!e) {
+		__sync_fetch_and_sub(cnt, 1);
+		goto out;
+	}
+	/* a reused slot still holds its last tenant's fields */
+	for (__u32 j = 0; j < NX_MAX_BLOCKS_PER_SUB; j++)
+		e->blocks[j] = 0;
+	e->blocks[0] = gid + 1;
+	e->cur_block = gid + 1;
+	e->addr_idx = addr_idx;
+	e->flags = 0;
+	e->low_used = 0;
+	e->rate_tokens = cfg->max_new_per_sec;
+	e->rate_ts = bpf_ktime_get_coarse_ns();
+	for (__u32 j = 0; j < NX_NPROTO; j++)
+		e->next_port[j] = 0;
+	/* publish: from here on lookups see it */
+	*(volatile __u64 *)&e->key = NX_SUB_KEY(NX_SUB_LIVE, sip);
+	rc = (__s64)s | NX_TAB_NEW;
+out:
+	nx_tab_lock_drop(lock);
+	return rc;
+}
+
+/* Delete subscriber sip if it holds no block (none of its slots names a block sip owns)
+ * and no port-class port. Returns 1 if this call deleted it. Global: verified once. */
+__noinline int nx_sub_delete(__u32 sip)
+{
+	struct nx_config *cfg = nx_config();
+	__u32 ti = NX_TAB_SUBS, s;
+	__u32 *lock, *cnt;
+	struct nx_sub *e;
+	int rc = 0;
+
+	if (!cfg || !cfg->sub_nslots)
+		return 0;
+	lock = nx_tab_lock(nx_sub_hash(cfg, sip));
+	cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
+	if (!lock || !cnt)
+		return 0;
+	if (nx_tab_lock_take(lock) < 0)
+		return 0; /* the daemon asks again next sweep */
+	s = nx_sub_find(sip);
+	e = nx_sub_at(s);
+	if (!e || *(volatile __u32 *)&e->low_used != 0)
+		goto out;
+	for (__u32 j = 0; j < NX_MAX_BLOCKS_PER_SUB; j++) {
+		__u32 v = *(volatile __u32 *)&e->blocks[j], gid;
+		__u64 *w;
+
+		if (!v)
+			continue;
+		gid = v - 1;
+		w = bpf_map_lookup_elem(&nx_blocks, &gid);
+		if (w && NX_BLOCK_OWNER(*(volatile __u64 *)w) == sip)
+			goto out;
+	}
+	if (__sync_val_compare_and_swap(&e->key, NX_SUB_KEY(NX_SUB_LIVE, sip),
+					NX_SUB_KEY(NX_SUB_TOMB, 0)) != NX_SUB_KEY(NX_SUB_LIVE, sip))
+		goto out;
+	__sync_fetch_and_sub(cnt, 1);
+	rc = 1;
+out:
+	nx_tab_lock_drop(lock);
+	return rc;
+}
+
+#endif /* NX_SUBS_H */
