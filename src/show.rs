@@ -92,6 +92,15 @@ pub struct Stats {
     /// longest displacement from a home bucket (bpf/nx_tab.h)
     pub session_table: TableShape,
     pub mapping_table: TableShape,
+    /// the subscriber table (bpf/nx_subs.h): live entries, tombstones, displacement
+    pub subscriber_table: SubTableShape,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SubTableShape {
+    pub max_entries: u32,
+    #[serde(flatten)]
+    pub health: crate::tables::SubHealth,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,18 +128,20 @@ pub fn stats(t: &Tables) -> Result<Stats, TableError> {
         Ok(TableShape { max_entries: cfg.tab_max[tab], health: t.tab_health(tab)? })
     };
     let (session_table, mapping_table) = (shape(crate::tables::TAB_SESS)?, shape(crate::tables::TAB_MAPS)?);
+    let sub = t.sub_health()?;
     Ok(Stats {
         drops_total: drops.values().sum(),
         counters,
         drops,
         sessions: session_table.health.live,
         mappings: mapping_table.health.live,
-        subscribers: t.subscribers()?.len() as u64,
+        subscribers: sub.live,
         blocks_in_use,
         blocks_total,
         ports_in_use,
         session_table,
         mapping_table,
+        subscriber_table: SubTableShape { max_entries: cfg.sub_max, health: sub },
     })
 }
 
@@ -152,6 +163,18 @@ pub fn stats_table(s: &Stats) -> String {
             if t.health.overflow_wrong > 0 { " (overflow counts changing: read during inserts)" } else { "" }
         );
     }
+    let st = &s.subscriber_table;
+    out += &format!(
+        "  {:<9} {} of {} configured, {} slots ({:.0}% used), {} tombstone(s), {} away from their home slot, longest displacement {} slot(s)\n",
+        "subscribers",
+        st.health.live,
+        st.max_entries,
+        st.health.slots,
+        100.0 * st.health.live as f64 / st.health.slots.max(1) as f64,
+        st.health.tombstones,
+        st.health.away,
+        st.health.max_displacement
+    );
     out += "\ncounters:\n";
     for (k, v) in &s.counters {
         out += &format!("  {k:<22} {v}\n");

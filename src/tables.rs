@@ -80,6 +80,14 @@ pub fn sub_slots(max: u32) -> u32 {
 
 /// Subscriber key word states (bits 33..32 of `nx_sub.key`).
 pub const SUB_LIVE: u64 = 2;
+pub const SUB_TOMB: u64 = 3;
+/// The second hash word of subscriber keys (NX_SUB_HASH_K1).
+const SUB_HASH_K1: u64 = 0x5355_4253_5542_5355;
+
+/// A subscriber's home slot (bpf/nx_subs.h, nx_sub_home).
+pub fn sub_home(h: u64, nslots: u32) -> u32 {
+    (((h >> 32) * nslots as u64) >> 32) as u32
+}
 
 pub fn tab_hash(k0: u64, k1: u64, seed: u32) -> u64 {
     let s = (seed as u64) << 32 | seed as u64;
@@ -525,6 +533,32 @@ impl Tables {
         Ok(out)
     }
 
+    /// Load and shape of the subscriber table, from one pass over its entries.
+    pub fn sub_health(&self) -> Result<SubHealth> {
+        const WORDS: usize = std::mem::size_of::<nx_sub>() / 8;
+        let cfg = self.config()?;
+        let m = MmapWords::new(&self.subs, "nx_subs")?;
+        let mut h = SubHealth { counted: self.subscriber_count()? as u64, ..Default::default() };
+        for (i, e) in m.words().chunks_exact(WORDS).enumerate() {
+            h.slots += 1;
+            let k = e[0].load(Ordering::Acquire);
+            match (k >> 32) & 3 {
+                SUB_LIVE => {
+                    h.live += 1;
+                    let home = sub_home(tab_hash(k as u32 as u64, SUB_HASH_K1, cfg.tab_seed), cfg.sub_nslots);
+                    let d = (i as u32).wrapping_sub(home);
+                    if d != 0 {
+                        h.away += 1;
+                    }
+                    h.max_displacement = h.max_displacement.max(d);
+                }
+                SUB_TOMB => h.tombstones += 1,
+                _ => {}
+            }
+        }
+        Ok(h)
+    }
+
     /// Subscribers as the data plane counts them (what enforces limits.max_subscribers).
     pub fn subscriber_count(&self) -> Result<u32> {
         let v = self
@@ -586,6 +620,22 @@ fn slot_value<V: Copy + Default>(words: [u64; 4]) -> V {
         b[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
     }
     read_pod::<V>(&b)
+}
+
+/// One pass over the subscriber table (`Tables::sub_health`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SubHealth {
+    pub slots: u64,
+    /// LIVE entries found
+    pub live: u64,
+    /// the data plane's own count (nx_tab_cnt), which enforces limits.max_subscribers
+    pub counted: u64,
+    /// deleted entries that inserts may reuse (never turned back to EMPTY)
+    pub tombstones: u64,
+    /// live entries not in their home slot: found with a second line or more
+    pub away: u64,
+    /// slots between an entry's home and where it lives, at most
+    pub max_displacement: u32,
 }
 
 /// One pass over an open-addressed table (`Tables::tab_health`).

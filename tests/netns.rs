@@ -799,4 +799,15 @@ fn cli_json_and_human_output() {
             && sess_line.contains("longest displacement"),
         "session table line: {sess_line:?} in\n{text}"
     );
+    // the subscriber table: JSON and text agree, the data plane's count with the entries
+    let st = &js.0["subscriber_table"];
+    let live = st["live"].as_u64().unwrap_or_else(|| panic!("no subscriber_table.live in {}", js.0));
+    assert_eq!(live, js.get("subscribers"), "{}", js.0);
+    assert!(live >= 1, "expected the traffic's subscriber in the table: {}", js.0);
+    assert_eq!(st["counted"].as_u64(), Some(live), "expected the count to match the entries: {}", js.0);
+    let sub_line = text[tables..].lines().find(|l| l.trim_start().starts_with("subscribers")).unwrap_or("");
+    assert!(
+        sub_line.contains(&format!("subscribers {live} of ")) && sub_line.contains("tombstone"),
+        "subscriber table line: {sub_line:?} in\n{text}"
+    );
 }

@@ -764,12 +764,19 @@ fn subscriber_slots_are_reused_after_deletion() {
             let mut want: Vec<u32> = ips.iter().map(|ip| ip_be(*ip)).collect();
             want.sort_unstable();
             assert_eq!(live, want, "round {round}: expected exactly this round's subscribers live");
+            let h = env.dp.tables.sub_health().expect("sub_health");
+            assert_eq!((h.slots, h.live, h.counted), (40, 4, 4), "round {round}: table shape {h:?}");
             for _ in 0..2 {
                 removed += env.sweep().subscribers_removed;
             }
             assert_eq!(removed, 4 * (round as u32 + 1), "round {round}: expected its 4 subscribers removed");
             assert_eq!(env.subscriber_count(), 0, "round {round}: expected none counted");
             assert!(env.subscribers().is_empty(), "round {round}: expected none live");
+            let h = env.dp.tables.sub_health().expect("sub_health");
+            assert!(
+                h.tombstones >= 4 && h.tombstones <= 40,
+                "round {round}: expected the deleted entries left as tombstones: {h:?}"
+            );
         }
     });
 }
