@@ -69,7 +69,7 @@ pub fn tab_slots(max: u32) -> u32 {
 
 /// The subscriber table (bpf/nx_subs.h): home slots for `max` subscribers (half full at
 /// most), and the array's length (NX_SUB_PROBE slots more: a search never wraps).
-pub const SUB_PROBE: u32 = 32;
+pub const SUB_PROBE: u32 = 256;
 pub fn sub_home_slots(max: u32) -> u32 {
     (max as u64 * 2).clamp(1, (i32::MAX as u64) - SUB_PROBE as u64) as u32
 }

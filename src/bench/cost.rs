@@ -237,7 +237,12 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     let st = t.stats()?;
     let d = drops(&st);
     let created = st[stat_index("sessions_created").expect("counter")];
-    ensure!(d.is_empty() && created == plan.udp + plan.tcp, "fill: {created} sessions created, drops {d:?}");
+    ensure!(
+        d.is_empty() && created == plan.udp + plan.tcp,
+        "fill: {created} sessions created, drops {d:?}; tables (sessions, mappings) {:?}, subscribers {:?}",
+        t.table_counts()?,
+        t.sub_health()?
+    );
     info!(sessions = created, secs = fill_secs, "cost: filled");
 
     let hot = FlowSpec { mode: Mode::Cycle, flows: 1, ..base.clone() };
