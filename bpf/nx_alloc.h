@@ -259,13 +259,13 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 struct nx_slots {
 	struct nx_config *cfg;
 	struct nx_sub *sub;
-	__u64 word;
 	__u32 sip;
 	__u32 pp;	 /* NX_PP(protocol index, inside port) */
 	__u32 skip;	 /* gid + 1 of a block already tried (cur_block), or 0 */
 	__u32 nslots;	 /* slots the config uses (max_blocks) */
 	__s32 free_slot; /* lowest reusable slot, -1 if none */
 	__u32 free_val;	 /* what that slot held (0, or a block released meanwhile) */
+	__u32 addr;	 /* the pool address claims are made on (the subscriber's, read once) */
 	int port;	 /* result, -1 until found */
 };
 
@@ -285,15 +285,15 @@ static long nx_slots_cb(__u64 i, void *vctx)
 		return 0;
 	}
 	gid = v - 1;
-	if (v == c->skip)
-		return 0; /* tried first, and full */
+	if (v == c->skip || gid - c->addr * c->cfg->blocks_per_addr >= c->cfg->blocks_per_addr)
+		return 0; /* tried first and full, or on another address (see nx_alloc) */
 	if (nx_block_reserve(gid, c->sip) < 0) {
 		/* released by the daemon (or never ours): the slot is reusable */
 		c->free_slot = slot;
 		c->free_val = v;
 		return 0;
 	}
-	port = nx_claim_in_block(c->cfg, c->sub, gid, c->pp, c->word);
+	port = nx_claim_in_block(c->cfg, c->sub, gid, c->pp, nx_port_word(c->sip, (__u16)c->pp));
 	if (port >= 0) {
 		c->port = port;
 		return 1;
@@ -302,10 +302,10 @@ static long nx_slots_cb(__u64 i, void *vctx)
 	return 0;
 }
 
-/* Allocate an outside port for (sip, in_port) in the subscriber's blocks, taking a new
- * block on the subscriber's address when its blocks are full and the quota allows. */
-static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *sub, __u32 sip,
-					 __u32 pidx, __u16 in_port_h)
+/* Allocate an outside port for (sip, in_port) on pool address addr in the subscriber's
+ * blocks, taking a new block there when its blocks are full and the quota allows. */
+static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *sub, __u32 addr,
+					 __u32 sip, __u32 pidx, __u16 in_port_h)
 {
 	struct nx_slots c = {};
 	__u32 max = cfg->max_blocks, top, cur;
@@ -316,17 +316,18 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		max = NX_MAX_BLOCKS_PER_SUB;
 	c.cfg = cfg;
 	c.sub = sub;
+	c.addr = addr;
 	c.sip = sip;
 	c.pp = NX_PP(pidx, in_port_h);
-	c.word = nx_port_word(sip, in_port_h);
 	c.free_slot = -1;
 	c.port = -1;
 	/* The block the last port came from first: its word and the candidate port's are what
 	 * nx_alloc_prefetch fetched, and the block slots (two more lines) are not read at all
 	 * while it has room. */
 	cur = *(volatile __u32 *)&sub->cur_block;
-	if (cur && nx_block_reserve(cur - 1, sip) == 0) {
-		port = nx_claim_in_block(cfg, sub, cur - 1, c.pp, c.word);
+	if (cur && cur - 1 - addr * cfg->blocks_per_addr < cfg->blocks_per_addr &&
+	    nx_block_reserve(cur - 1, sip) == 0) {
+		port = nx_claim_in_block(cfg, sub, cur - 1, c.pp, nx_port_word(sip, in_port_h));
 		if (port >= 0)
 			return port;
 		nx_block_unreserve(cur - 1);
@@ -351,7 +352,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	if (c.free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 
-	gid = nx_block_claim(cfg, sub->addr_idx, sip);
+	gid = nx_block_claim(cfg, addr, sip);
 	if (gid < 0)
 		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
 	if (__sync_val_compare_and_swap(&sub->blocks[c.free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
@@ -361,7 +362,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		nx_count(NX_STAT_ALLOC_RETRY);
 		return NX_ALLOC_AGAIN;
 	}
-	port = nx_claim_in_block(cfg, sub, gid, c.pp, c.word);
+	port = nx_claim_in_block(cfg, sub, gid, c.pp, nx_port_word(sip, in_port_h));
 	if (port < 0) {
 		nx_block_unreserve(gid);
 		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
@@ -432,13 +433,13 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
  * Ports 1-1023 of every pool address are kept out of the block system for this (the
  * config refuses a pool.ports range reaching below 1024 while port_class is on); claimed
  * straight from the subscriber's address, with the same compare-and-swap. */
-static __always_inline int nx_alloc_low_port(struct nx_config *cfg, struct nx_sub *sub, __u32 sip,
-					     __u32 pidx, __u16 in_port_h)
+static __always_inline int nx_alloc_low_port(struct nx_config *cfg, struct nx_sub *sub, __u32 addr,
+					     __u32 sip, __u32 pidx, __u16 in_port_h)
 {
 	struct nx_pscan s;
 
-	s.base = nx_port_index(sub->addr_idx, pidx, 1); /* offset k is port 1 + k */
-	nx_pscan_init(&s, 511); /* ports 1..1022 in pairs; 1023 is left unused */
+	s.base = nx_port_index(addr, pidx, 1); /* offset k is port 1 + k */
+	nx_pscan_init(&s, 511);		       /* ports 1..1022 in pairs; 1023 is left unused */
 	s.word = nx_port_word(sip, in_port_h);
 	s.found = -1;
 	/* offset parity p gives ports of parity !p */
@@ -481,15 +482,58 @@ static __always_inline int nx_rate_ok(struct nx_config *cfg, struct nx_sub *sub)
 	return 1;
 }
 
+/* The allocator's answer when the subscriber entry it worked on went away while it claimed
+ * (a race with the reaper, which the claim lost and undid): counted as contention, the
+ * packet is dropped and the next one starts over (a second call from the packet path did
+ * not fit its 512-byte stack). */
+#define NX_ALLOC_STALE (-(long)NX_DROP_TABLE_BUSY)
+
+/* After a claim through a subscriber entry used without its lock (nx_alloc): the
+ * reaper may have deleted the entry meanwhile (it held nothing when the daemon looked),
+ * and a new entry, even of the same subscriber on another address, may have taken a slot.
+ * The claim (always on the address nx_alloc read first) stands if subscriber sip has a
+ * LIVE entry on that address; a delete in progress holds the entry BUSY for a few
+ * instructions: wait it out. The claim's compare-and-swap orders it before this look, and
+ * the reaper deletes only after setting BUSY and looking at the blocks and ports again, so
+ * one of the two always sees the other. Otherwise the port word goes back to FREE (nobody
+ * saw it) and its block's count down.
+ * pp: NX_PP(protocol index, outside port); li: low << 16 | inside port. Returns
+ * (pool index << 16) | port, or NX_ALLOC_STALE. Global, scalar arguments: its frame stays
+ * out of the allocator's call chain (512-byte stack). */
+__noinline long nx_alloc_confirm(__u32 sip, __u32 addr, __u32 pp, __u32 li)
+{
+	struct nx_config *cfg = nx_config();
+	__u32 pidx = pp >> 16, port = pp & 0xffff, idx;
+	__u64 word = nx_port_word(sip, (__u16)li);
+	struct nx_sub *e = nx_sub_at(nx_sub_find_busy(sip));
+	__u64 *w;
+
+	if (!cfg)
+		return NX_ALLOC_STALE;
+	if (e && nx_sub_still(e, sip) && *(volatile __u32 *)&e->addr_idx == addr)
+		return ((long)addr << 16) | port;
+	idx = nx_port_index(addr, pidx, port);
+	w = bpf_map_lookup_elem(&nx_ports, &idx);
+	if (w && __sync_val_compare_and_swap(w, word, 0) == word && !(li >> 16) &&
+	    cfg->block_size && port >= cfg->port_lo)
+		nx_block_unreserve(addr * cfg->blocks_per_addr +
+				   (port - cfg->port_lo) / cfg->block_size);
+	nx_count(NX_STAT_ALLOC_RETRY);
+	return NX_ALLOC_STALE;
+}
+
 /* The allocator's entry point. A global function: the verifier checks it once, on its own,
  * instead of once per path through the caller, and its scalar-only interface keeps it
- * honest. Returns (pool index << 16) | outside port, or minus a drop reason. */
+ * honest. Returns (pool index << 16) | outside port, minus a drop reason, or
+ * NX_ALLOC_STALE (the subscriber entry went away meanwhile, the claim is undone: call
+ * again; see nx_alloc_confirm). */
 __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
 {
 	struct nx_config *cfg = nx_config();
 	int reason = NX_DROP_INTERNAL;
 	struct nx_sub *sub;
-	int port;
+	int port, low;
+	__u32 addr;
 
 	if (!cfg)
 		return -NX_DROP_INTERNAL;
@@ -498,18 +542,23 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
 		return -reason;
 	if (!nx_rate_ok(cfg, sub))
 		return -NX_DROP_RATE_LIMITED;
-	if ((cfg->flags & NX_CF_PORT_CLASS) && in_port_h > 0 && in_port_h < 1024 &&
-	    pidx != NX_P_ICMP)
-		port = nx_alloc_low_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+	addr = *(volatile __u32 *)&sub->addr_idx;
+	low = (cfg->flags & NX_CF_PORT_CLASS) && in_port_h > 0 && in_port_h < 1024 &&
+	      pidx != NX_P_ICMP;
+	if (low)
+		port = nx_alloc_low_port(cfg, sub, addr, sip, pidx, (__u16)in_port_h);
 	else
-		port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)in_port_h);
 	if (port == NX_ALLOC_AGAIN) /* the winner's block is in the slot now */
-		port = nx_alloc_port(cfg, sub, sip, pidx, (__u16)in_port_h);
+		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)in_port_h);
 	if (port == NX_ALLOC_AGAIN)
 		port = NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 	if (port < 0)
 		return port;
-	return ((long)sub->addr_idx << 16) | (__u16)port;
+	/* a port-class port counted in an entry that went away stays counted there: that
+	 * entry is dead (or, rarer, taken by another subscriber, which then keeps its entry
+	 * one port longer than it needs); giving it back here did not fit the stack */
+	return nx_alloc_confirm(sip, addr, NX_PP(pidx, port), (__u32)low << 16 | (__u16)in_port_h);
 }
 
 /* The pool address of subscriber sip, creating the subscriber (and its first block) when

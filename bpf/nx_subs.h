@@ -59,8 +59,9 @@ static __always_inline struct nx_sub *nx_sub_at(__u32 i)
 	return bpf_map_lookup_elem(&nx_subs, &i);
 }
 
-/* The slot holding subscriber sip, or NX_TAB_NONE. Global: verified once. */
-__noinline __u32 nx_sub_find(__u32 sip)
+/* The slot holding subscriber sip (LIVE; with busy_too, BUSY also: a delete in progress),
+ * or NX_TAB_NONE. */
+static __always_inline __u32 nx_sub_find_(__u32 sip, int busy_too)
 {
 	struct nx_config *cfg = nx_config();
 	__u64 want = NX_SUB_KEY(NX_SUB_LIVE, sip);
@@ -76,13 +77,18 @@ __noinline __u32 nx_sub_find(__u32 sip)
 		if (!e)
 			return NX_TAB_NONE;
 		k = *(volatile __u64 *)&e->key;
-		if (k == want)
+		if (k == want || (busy_too && k == NX_SUB_KEY(NX_SUB_BUSY, sip)))
 			return home + i;
 		if (NX_SUB_STATE(k) == NX_SUB_EMPTY)
 			return NX_TAB_NONE;
 	}
 	return NX_TAB_NONE;
 }
+
+/* Global: verified once each. */
+__noinline __u32 nx_sub_find(__u32 sip) { return nx_sub_find_(sip, 0); }
+
+__noinline __u32 nx_sub_find_busy(__u32 sip) { return nx_sub_find_(sip, 1); }
 
 /* The subscriber entry of sip, or NULL: its home slot checked inline (where nearly every
  * entry lives), the rest of the probe sequence through nx_sub_find. */
@@ -116,12 +122,10 @@ __noinline __s64 nx_sub_insert(__u32 sip, __u32 addr_idx, __u32 gid)
 	if (!cfg || !cfg->sub_nslots)
 		return -NX_DROP_INTERNAL;
 	h = nx_sub_hash(cfg, sip);
-	lock = nx_tab_lock(h);
-	cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
-	if (!lock || !cnt)
-		return -NX_DROP_INTERNAL;
-	if (nx_tab_lock_take(lock) < 0)
-		return -NX_DROP_TABLE_BUSY;
+	rc = nx_tab_enter(h, ti, &lock, &cnt);
+	if (rc < 0)
+		return rc;
+	rc = -NX_DROP_TABLE_FULL;
 	s = nx_sub_find(sip);
 	if (s != NX_TAB_NONE) {
 		rc = s;
@@ -171,8 +175,48 @@ out:
 	return rc;
 }
 
+/* Whether entry e of subscriber sip holds anything: a port-class port, or a block sip owns
+ * in one of its slots. */
+static __always_inline int nx_sub_holds(struct nx_sub *e, __u32 sip)
+{
+	if (*(volatile __u32 *)&e->low_used != 0)
+		return 1;
+	for (__u32 j = 0; j < NX_MAX_BLOCKS_PER_SUB; j++) {
+		__u32 v = *(volatile __u32 *)&e->blocks[j], gid;
+		__u64 *w;
+
+		if (!v)
+			continue;
+		gid = v - 1;
+		w = bpf_map_lookup_elem(&nx_blocks, &gid);
+		if (w && NX_BLOCK_OWNER(*(volatile __u64 *)w) == sip)
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether e is still subscriber sip's LIVE entry, for a packet that just claimed something
+ * through it (nx_alloc). A delete in progress holds it BUSY with the same address for a
+ * few instructions, under its lock: wait it out, a few hundred reads (still BUSY then: taken
+ * as not ours, the caller undoes its claim and starts over, which is always safe). */
+static __always_inline int nx_sub_still(struct nx_sub *e, __u32 sip)
+{
+	for (__u32 t = 0; t < 256; t++) {
+		__u64 k = *(volatile __u64 *)&e->key;
+
+		if (k == NX_SUB_KEY(NX_SUB_LIVE, sip))
+			return 1;
+		if (k != NX_SUB_KEY(NX_SUB_BUSY, sip))
+			return 0;
+	}
+	return 0;
+}
+
 /* Delete subscriber sip if it holds no block (none of its slots names a block sip owns)
- * and no port-class port. Returns 1 if this call deleted it. Global: verified once. */
+ * and no port-class port. The entry is first taken out of lookups' reach (LIVE -> BUSY),
+ * then looked at again: a packet that recorded a block or a port meanwhile (its
+ * compare-and-swap before our BUSY, or it sees BUSY and waits: nx_sub_still) keeps it
+ * LIVE. Returns 1 if this call deleted it. Global: verified once. */
 __noinline int nx_sub_delete(__u32 sip)
 {
 	struct nx_config *cfg = nx_config();
@@ -183,30 +227,23 @@ __noinline int nx_sub_delete(__u32 sip)
 
 	if (!cfg || !cfg->sub_nslots)
 		return 0;
-	lock = nx_tab_lock(nx_sub_hash(cfg, sip));
-	cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
-	if (!lock || !cnt)
-		return 0;
-	if (nx_tab_lock_take(lock) < 0)
+	if (nx_tab_enter(nx_sub_hash(cfg, sip), ti, &lock, &cnt) < 0)
 		return 0; /* the daemon asks again next sweep */
 	s = nx_sub_find(sip);
 	e = nx_sub_at(s);
-	if (!e || *(volatile __u32 *)&e->low_used != 0)
+	if (!e || nx_sub_holds(e, sip))
 		goto out;
-	for (__u32 j = 0; j < NX_MAX_BLOCKS_PER_SUB; j++) {
-		__u32 v = *(volatile __u32 *)&e->blocks[j], gid;
-		__u64 *w;
-
-		if (!v)
-			continue;
-		gid = v - 1;
-		w = bpf_map_lookup_elem(&nx_blocks, &gid);
-		if (w && NX_BLOCK_OWNER(*(volatile __u64 *)w) == sip)
-			goto out;
-	}
 	if (__sync_val_compare_and_swap(&e->key, NX_SUB_KEY(NX_SUB_LIVE, sip),
-					NX_SUB_KEY(NX_SUB_TOMB, 0)) != NX_SUB_KEY(NX_SUB_LIVE, sip))
+					NX_SUB_KEY(NX_SUB_BUSY, sip)) !=
+	    NX_SUB_KEY(NX_SUB_LIVE, sip))
 		goto out;
+	if (nx_sub_holds(e, sip)) {
+		__sync_val_compare_and_swap(&e->key, NX_SUB_KEY(NX_SUB_BUSY, sip),
+					    NX_SUB_KEY(NX_SUB_LIVE, sip));
+		goto out;
+	}
+	__sync_val_compare_and_swap(&e->key, NX_SUB_KEY(NX_SUB_BUSY, sip),
+				    NX_SUB_KEY(NX_SUB_TOMB, 0));
 	__sync_fetch_and_sub(cnt, 1);
 	rc = 1;
 out:

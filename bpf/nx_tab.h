@@ -264,6 +264,19 @@ static __always_inline int nx_tab_lock_take(__u32 *l)
 
 static __always_inline void nx_tab_lock_drop(__u32 *l) { __sync_fetch_and_and(l, 0); }
 
+/* Before an insert: take the lock stripe of key hash h and find table ti's entry count.
+ * Returns 0 with *lock taken, or -reason with nothing taken. */
+static __always_inline int nx_tab_enter(__u64 h, __u32 ti, __u32 **lock, __u32 **cnt)
+{
+	*lock = nx_tab_lock(h);
+	*cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
+	if (!*lock || !*cnt)
+		return -NX_DROP_INTERNAL;
+	if (nx_tab_lock_take(*lock) < 0)
+		return -NX_DROP_TABLE_BUSY;
+	return 0;
+}
+
 /* Claim an EMPTY slot of bucket b for key k0 (state BUSY, next generation, alt bit).
  * Returns the slot or NX_TAB_NONE; *gen_alt gets the control bits to publish with. */
 static __always_inline __u32 nx_tab_claim(const __u32 tab, __u32 b, __u64 k0, __u64 alt,
@@ -310,12 +323,10 @@ static __always_inline __s64 nx_tab_insert_(const __u32 tab, __u64 init0, __u64 
 		return -NX_DROP_INTERNAL;
 	nbkt = cfg->tab_nbkt[tab & 1];
 	h = nx_tab_hash(k0, k1, cfg->tab_seed);
-	lock = nx_tab_lock(h);
-	cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
-	if (!lock || !cnt)
-		return -NX_DROP_INTERNAL;
-	if (nx_tab_lock_take(lock) < 0)
-		return -NX_DROP_TABLE_BUSY;
+	rc = nx_tab_enter(h, ti, &lock, &cnt);
+	if (rc < 0)
+		return rc;
+	rc = -NX_DROP_TABLE_FULL;
 	s = nx_tab_find_(tab, cfg, k0, k1);
 	if (s != NX_TAB_NONE) {
 		rc = s;

@@ -764,6 +764,67 @@ fn subscriber_table_fills_to_its_size() {
     });
 }
 
+/// A claim made through a subscriber entry that is no longer the subscriber's LIVE one
+/// (the reaper deleting it meanwhile) is undone, never left half-made. Here a delete that
+/// never finishes is simulated by holding the entry BUSY through mmap: the next new flow
+/// cannot use it, makes a second entry, claims a port through that, then finds the BUSY
+/// entry first, waits, gives up: the packet is dropped as table_busy, its port word is
+/// FREE again, and no block counts a port it does not hold.
+#[test]
+fn a_claim_through_a_vanishing_subscriber_is_undone() {
+    with_env(&cfg(), |env| {
+        let o = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "first flow");
+        let addr = env.pool_index(o.0);
+        let m = natrix::tables::MmapWords::new(&env.dp.tables.subs, "nx_subs").expect("mmap nx_subs");
+        let words = std::mem::size_of::<natrix::skel::types::nx_sub>() / 8;
+        let live = 2u64 << 32 | ip_be(sub(1)) as u64;
+        let slot = m
+            .words()
+            .chunks_exact(words)
+            .position(|e| e[0].load(std::sync::atomic::Ordering::Acquire) == live)
+            .expect("expected the subscriber's LIVE entry");
+        let busy = 1u64 << 32 | ip_be(sub(1)) as u64;
+        m.words()[slot * words].store(busy, std::sync::atomic::Ordering::Release);
+        let before = env.stats();
+        let (v, _) = env.inside(&Pkt::udp(sub(1), 40002, SERVER, 53).build());
+        assert_eq!(verdict_name(v), "XDP_DROP", "expected the flow dropped while its entry is BUSY");
+        env.assert_some_counters(&before, &[("table_busy", 1), ("alloc_retries", 1)], "claim undone");
+        assert!(env.mapping(sub(1), 40002, UDP).is_none(), "expected no mapping for the dropped flow");
+        // no port word of the pool names the dropped flow's inside endpoint
+        let word = 1u64 << 62 | (ip_be(sub(1)) as u64) << 16 | 40002;
+        let ports = natrix::tables::MmapWords::new(&env.dp.tables.ports, "nx_ports").expect("mmap nx_ports");
+        assert!(
+            !ports.words().iter().any(|w| w.load(std::sync::atomic::Ordering::Relaxed) == word),
+            "expected the undone claim's port word back to FREE"
+        );
+        // every block counts exactly the USED/HELD ports in its range, all protocols
+        let (lo, bs, bpa) = (
+            env.cfg.pool.port_lo as usize,
+            env.cfg.nat.block_size as usize,
+            env.cfg.block_count_per_addr() as usize,
+        );
+        let blocks =
+            natrix::tables::MmapWords::new(&env.dp.tables.blocks, "nx_blocks").expect("mmap nx_blocks");
+        let mut counted = vec![0u64; blocks.words().len()];
+        for (idx, w) in ports.words().iter().enumerate() {
+            let (a, port) = ((idx >> 16) / 3, idx & 0xffff);
+            if w.load(std::sync::atomic::Ordering::Relaxed) >> 62 != 0 && port >= lo && (port - lo) / bs < bpa
+            {
+                counted[a * bpa + (port - lo) / bs] += 1;
+            }
+        }
+        for (gid, b) in blocks.words().iter().enumerate() {
+            let v = b.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(
+                v >> 32,
+                counted[gid],
+                "block {gid} (word {v:#x}): expected its count to match its USED/HELD ports"
+            );
+        }
+        assert_eq!(addr, env.pool_index(o.0));
+    });
+}
+
 /// Deleted subscribers leave tombstones that later subscribers reuse: 280 subscribers come
 /// and go through a table of 4 (8 home slots, 264 in all, so slots must be reused), each
 /// created by a later fragment (which takes a block but no port) and removed two sweeps
