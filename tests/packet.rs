@@ -727,14 +727,19 @@ fn subscriber_table_full_refuses_and_evicts_nothing() {
     });
 }
 
-/// The subscriber table holds exactly limits.max_subscribers, however the addresses hash:
-/// 8192 subscribers (each created by a later fragment: a block, no port) fill a table of
-/// 8192 (16384 home slots, linear probing at half load), every one of them findable, and
-/// the next one is refused. (With a probe bound of 32 the 10M benchmark lost a subscriber
-/// now and then: runs of occupied slots at half load reach ~50.)
+/// The subscriber table holds exactly limits.max_subscribers: 8192 subscribers (each
+/// created by a later fragment: a block, no port) fill a table of 8192 (16384 home slots,
+/// linear probing at half load), every one of them is found by the data plane's own
+/// lookup (a first flow from each goes out on its entry's address), and the next one is
+/// refused. (The probe bound of 32 that lost a subscriber in the 10M benchmark fails here
+/// only for about one seed in 60: this test guards the size, not that bound.)
 #[test]
 fn subscriber_table_fills_to_its_size() {
-    let c = cfg().set("limits", "max_subscribers", "8192").set("nat", "block_size", "16");
+    let c = cfg()
+        .set("limits", "max_subscribers", "8192")
+        .set("limits", "max_mappings", "16384")
+        .set("limits", "max_sessions", "16384")
+        .set("nat", "block_size", "16");
     with_env(&c, |env| {
         let base = u32::from(Ipv4Addr::new(100, 64, 64, 0));
         for i in 0..8192u32 {
@@ -749,18 +754,31 @@ fn subscriber_table_fills_to_its_size() {
         }
         let h = env.dp.tables.sub_health().expect("sub_health");
         assert_eq!((h.live, h.counted), (8192, 8192), "expected a full table: {h:?}");
-        let live: HashSet<u32> = env.subscribers().into_iter().map(|(k, _)| k).collect();
-        assert!(
-            (0..8192u32).all(|i| live.contains(&ip_be(Ipv4Addr::from(base + i)))),
-            "expected every subscriber in the table"
+        let subs: HashMap<u32, natrix::skel::types::nx_sub> = env.subscribers().into_iter().collect();
+        let before = env.stats();
+        for i in 0..8192u32 {
+            let ip = Ipv4Addr::from(base + i);
+            let s = subs
+                .get(&ip_be(ip))
+                .unwrap_or_else(|| panic!("expected subscriber #{i} ({ip}) in the table"));
+            let out = env.expect_verdict(
+                Side::Inside,
+                &Pkt::udp(ip, 40000, SERVER, 53).build(),
+                XDP_REDIRECT,
+                "a first flow",
+            );
+            assert_eq!(
+                env.pool_index(src_ip(&out)),
+                s.addr_idx,
+                "subscriber #{i}: expected its entry's address"
+            );
+        }
+        env.assert_some_counters(
+            &before,
+            &[("subscribers_created", 0), ("mappings_created", 8192)],
+            "first flows",
         );
         expect_refused(env, &Pkt::udp(sub(1), 40000, SERVER, 53), "table_full", "subscriber 8193");
-        xlate_out(
-            env,
-            &Pkt::udp(Ipv4Addr::from(base + 8191), 40000, SERVER, 53),
-            None,
-            "the last one's first flow",
-        );
     });
 }
 
