@@ -596,9 +596,9 @@ static __always_inline void nx_alloc_prefetch(struct nx_config *cfg, __u32 sip, 
 	__u32 idx;
 	__u64 *w, v;
 
-	if (!cfg->sub_nslots || pidx >= NX_NPROTO)
+	if (pidx >= NX_NPROTO)
 		return;
-	sub = nx_sub_at(nx_sub_home(nx_sub_hash(cfg, sip), cfg->sub_nslots));
+	sub = nx_sub_home_entry(cfg, sip);
 	if (!sub || *(volatile __u64 *)&sub->key != NX_SUB_KEY(NX_SUB_LIVE, sip))
 		return;
 	idx = sub->next_port[pidx];
