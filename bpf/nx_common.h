@@ -31,4 +31,12 @@
 #define NX_TCPF_RST 0x04
 #define NX_TCPF_ACK 0x10
 
+/* Publishing an entry to lock-free readers: the entry's fields are stored first, then its
+ * key word, with a volatile store. This barrier keeps the compiler from moving a field's
+ * store past it; x86-64's total store order keeps them in that order for the other CPUs,
+ * and its load order does the same for a reader's key-then-fields reads. A weakly ordered
+ * CPU would need store-release and load-acquire here (docs/ARCHITECTURE.md, "How CPUs
+ * share state"); the daemon refuses to load the data plane on one. */
+#define nx_publish_barrier() asm volatile("" ::: "memory")
+
 #endif /* NX_COMMON_H */

@@ -177,6 +177,7 @@ __noinline __s64 nx_sub_insert(__u32 sip, __u32 addr_idx, __u32 gid)
 	for (__u32 j = 0; j < NX_NPROTO; j++)
 		e->next_port[j] = 0;
 	/* publish: from here on lookups see it */
+	nx_publish_barrier();
 	*(volatile __u64 *)&e->key = NX_SUB_KEY(NX_SUB_LIVE, sip);
 	rc = (__s64)s | NX_TAB_NEW;
 out:

@@ -372,6 +372,7 @@ static __always_inline __s64 nx_tab_insert_(const __u32 tab, __u64 init0, __u64 
 	e[2] = w2;
 	*(__u32 *)(e + 3) = w3lo;
 	/* publish: from here on lookups see it */
+	nx_publish_barrier();
 	*(volatile __u64 *)e = init0 | ga | ((__u64)NX_SLOT_LIVE << NX_SLOT_CTL_SHIFT);
 	rc = (__s64)s | NX_TAB_NEW;
 out:

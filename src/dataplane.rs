@@ -80,6 +80,13 @@ pub enum DataplaneError {
          run `natrix down` first to start afresh (this drops every mapping)"
     )]
     Incompatible { pin: String, what: String },
+    #[error(
+        "natrix's data plane publishes table entries to lock-free readers relying on \
+         x86-64's store and load order; this machine is {arch}, where that needs \
+         acquire/release instructions natrix does not use yet (docs/ARCHITECTURE.md, \
+         \"How CPUs share state\")"
+    )]
+    Arch { arch: String },
     #[error(transparent)]
     Table(#[from] crate::tables::TableError),
     #[error(transparent)]
@@ -91,6 +98,16 @@ type Result<T> = std::result::Result<T, DataplaneError>;
 fn bpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> DataplaneError {
     let what = what.into();
     move |source| DataplaneError::Bpf { what, source }
+}
+
+/// Refuses a CPU whose memory order the data plane's lock-free tables do not assume:
+/// loading there would run, and lose entries under load, instead of failing here.
+fn check_arch(arch: &str) -> Result<()> {
+    if arch == "x86_64" {
+        Ok(())
+    } else {
+        Err(DataplaneError::Arch { arch: arch.to_string() })
+    }
 }
 
 /// Table sizes derived from the config. Part of the on-disk contract: a takeover needs the
@@ -325,6 +342,7 @@ impl Dataplane {
     /// are already pinned are reused as they are (a takeover), the others are created and
     /// pinned.
     pub fn load(cfg: &Config, persistence: Persistence) -> Result<Self> {
+        check_arch(std::env::consts::ARCH)?;
         let sizes = Sizes::from_config(cfg);
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
@@ -799,6 +817,15 @@ pub fn prepare_sysctls(ifaces: &[Iface]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_x86_64_loads_the_data_plane() {
+        assert!(check_arch("x86_64").is_ok());
+        for arch in ["aarch64", "riscv64", "powerpc64"] {
+            let e = check_arch(arch).unwrap_err().to_string();
+            assert!(e.contains(arch) && e.contains("How CPUs share state"), "{e}");
+        }
+    }
 
     fn a(s: &str) -> Ipv4Addr {
         s.parse().unwrap()
