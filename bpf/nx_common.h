@@ -31,12 +31,13 @@
 #define NX_TCPF_RST 0x04
 #define NX_TCPF_ACK 0x10
 
-/* Publishing an entry to lock-free readers: the entry's fields are stored first, then its
- * key word, with a volatile store. This barrier keeps the compiler from moving a field's
- * store past it; x86-64's total store order keeps them in that order for the other CPUs,
- * and its load order does the same for a reader's key-then-fields reads. A weakly ordered
- * CPU would need store-release and load-acquire here (docs/ARCHITECTURE.md, "How CPUs
- * share state"); the daemon refuses to load the data plane on one. */
-#define nx_publish_barrier() asm volatile("" ::: "memory")
+/* Entries published to lock-free readers. The writer stores the fields, then the key word
+ * with a volatile store; a reader loads the key word with a volatile load, then the fields.
+ * This compiler barrier, before the writer's publish and after the reader's match, keeps
+ * the compiler from moving a field's store or load across the key word's. x86-64 keeps the
+ * same order between CPUs (stores are not reordered with stores, nor loads with loads). A
+ * weakly ordered CPU would need store-release and load-acquire here (docs/ARCHITECTURE.md,
+ * "How CPUs share state"); the daemon refuses to load the data plane on one. */
+#define nx_order_barrier() asm volatile("" ::: "memory")
 
 #endif /* NX_COMMON_H */

@@ -108,8 +108,10 @@ static __always_inline struct nx_sub *nx_sub_lookup(struct nx_config *cfg, __u32
 	if (!e)
 		return 0;
 	k = *(volatile __u64 *)&e->key;
-	if (k == NX_SUB_KEY(NX_SUB_LIVE, sip))
+	if (k == NX_SUB_KEY(NX_SUB_LIVE, sip)) {
+		nx_order_barrier();
 		return e;
+	}
 	if (NX_SUB_STATE(k) == NX_SUB_EMPTY)
 		return 0;
 	return nx_sub_at(nx_sub_find(sip));
@@ -177,7 +179,7 @@ __noinline __s64 nx_sub_insert(__u32 sip, __u32 addr_idx, __u32 gid)
 	for (__u32 j = 0; j < NX_NPROTO; j++)
 		e->next_port[j] = 0;
 	/* publish: from here on lookups see it */
-	nx_publish_barrier();
+	nx_order_barrier();
 	*(volatile __u64 *)&e->key = NX_SUB_KEY(NX_SUB_LIVE, sip);
 	rc = (__s64)s | NX_TAB_NEW;
 out:

@@ -121,12 +121,17 @@ static __always_inline int nx_tab_match(const __u32 tab, __u64 *e, __u64 want, _
 
 	if ((w0 & mask) != want)
 		return 0;
-	if (tab == NX_TAB_MAPS)
+	if (tab == NX_TAB_MAPS) {
+		nx_order_barrier();
 		return 1; /* the whole key is in the first word, read at once */
+	}
 	if (*(volatile __u64 *)(e + 1) != k1)
 		return 0;
 	/* the same tenant all along: neither state nor generation moved meanwhile */
-	return ((*(volatile __u64 *)e ^ w0) & (NX_SLOT_STATE_MASK | NX_SLOT_GEN_MASK)) == 0;
+	if ((*(volatile __u64 *)e ^ w0) & (NX_SLOT_STATE_MASK | NX_SLOT_GEN_MASK))
+		return 0;
+	nx_order_barrier();
+	return 1;
 }
 
 /* Search one chain, from bucket b on, until a bucket nothing overflowed past. */
@@ -372,7 +377,7 @@ static __always_inline __s64 nx_tab_insert_(const __u32 tab, __u64 init0, __u64 
 	e[2] = w2;
 	*(__u32 *)(e + 3) = w3lo;
 	/* publish: from here on lookups see it */
-	nx_publish_barrier();
+	nx_order_barrier();
 	*(volatile __u64 *)e = init0 | ga | ((__u64)NX_SLOT_LIVE << NX_SLOT_CTL_SHIFT);
 	rc = (__s64)s | NX_TAB_NEW;
 out:

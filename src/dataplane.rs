@@ -82,7 +82,7 @@ pub enum DataplaneError {
     Incompatible { pin: String, what: String },
     #[error(
         "natrix's data plane publishes table entries to lock-free readers relying on \
-         x86-64's store and load order; this machine is {arch}, where that needs \
+         x86-64's store and load order; this build is for {arch}, where that needs \
          acquire/release instructions natrix does not use yet (docs/ARCHITECTURE.md, \
          \"How CPUs share state\")"
     )]
@@ -100,8 +100,9 @@ fn bpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> DataplaneErr
     move |source| DataplaneError::Bpf { what, source }
 }
 
-/// Refuses a CPU whose memory order the data plane's lock-free tables do not assume:
-/// loading there would run, and lose entries under load, instead of failing here.
+/// Refuses a build for a CPU whose memory order the data plane's lock-free tables do not
+/// assume: there a lookup could see a published entry with stale fields (a wrong
+/// translation) instead of failing here.
 fn check_arch(arch: &str) -> Result<()> {
     if arch == "x86_64" {
         Ok(())
