@@ -46,10 +46,17 @@ static __always_inline __u32 nx_iface_role(__u32 ifindex)
 static __always_inline int nx_redirect(struct nx_pkt *p, struct bpf_fib_lookup *fib)
 {
 	struct iphdr *ip = p->ip;
-	__u16 old = *(__u16 *)&ip->ttl;
+	__u16 old = *(__u16 *)&ip->ttl, new;
 
-	ip->ttl--;
-	nx_csum_replace2(&ip->check, old, *(__u16 *)&ip->ttl);
+	/* TTL is the high byte of its 16-bit word in network order, and it is > 1: the word
+	 * minus 0x0100 (no borrow) is the word with TTL - 1. The new word is computed in a
+	 * register and stored whole: decrementing the byte in place and then loading the word
+	 * around it for the checksum makes that load wait for the byte store (a narrower store
+	 * does not forward to a wider load). The profile of one flow put 7.6% of the program's
+	 * samples on that load; timed, the difference stayed within the noise (R21). */
+	new = old - bpf_htons(0x0100);
+	*(__u16 *)&ip->ttl = new;
+	nx_csum_replace2(&ip->check, old, new);
 	__builtin_memcpy(p->eth->h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(p->eth->h_source, fib->smac, ETH_ALEN);
 	nx_count(NX_STAT_REDIRECT);
