@@ -84,6 +84,26 @@ fn bench_smoke_runs_and_reports() {
     let sized: std::collections::BTreeSet<_> =
         raw[..=last_size].iter().map(|r| r["gateway"].as_str().unwrap_or("")).collect();
     assert_eq!(sized.len(), 4, "all four gateways measured in the size case: {sized:?}");
+    // the 64-byte case is measured in two passes (smoke), each gateway once a pass, the
+    // second in reverse order
+    for gw in ["direct", "natrix", "xdpfwd", "kernel"] {
+        let passes: Vec<u64> = raw[..=last_size]
+            .iter()
+            .filter(|r| r["gateway"] == gw && r["size"] == 64)
+            .map(|r| r["pass"].as_u64().unwrap_or(0))
+            .collect();
+        assert_eq!(passes, vec![1, 2], "{gw}: 64-byte passes");
+    }
+    let order = |pass: u64| -> Vec<&str> {
+        raw[..=last_size]
+            .iter()
+            .filter(|r| r["pass"] == pass)
+            .map(|r| r["gateway"].as_str().unwrap_or(""))
+            .collect()
+    };
+    let mut back = order(2);
+    back.reverse();
+    assert_eq!(order(1), back, "the second pass runs the gateways in reverse order");
     // natrix translated: the profile of its program saw the packets
     let nat = e2e.iter().find(|r| r["gateway"] == "natrix" && r["case"] == "size").unwrap();
     assert!(nat["prog_ns"].as_f64().unwrap_or(0.0) > 0.0, "no bpf_stats profile: {nat}");

@@ -39,6 +39,10 @@ pub struct E2eArgs {
     pub case: String,
     #[arg(long, default_value_t = 0)]
     pub round: u32,
+    /// Which pass within the round, for a case measured more than once per round (the
+    /// report pairs gateways by round and pass).
+    #[arg(long, default_value_t = 0)]
+    pub pass: u32,
     #[arg(long, default_value_t = 64)]
     pub size: usize,
     #[arg(long, value_enum, default_value = "udp")]
@@ -230,6 +234,7 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
         "gateway": a.gateway,
         "case": a.case,
         "round": a.round,
+        "pass": a.pass,
         "proto": a.proto,
         "size": a.size,
         "flows": a.flows,
