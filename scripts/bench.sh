@@ -237,17 +237,17 @@ has() { [[ " $GATEWAYS " == *" $1 "* ]]; } # is gateway $1 part of this run
 round() {
 	local gws=("$@") gw s c p est
 	has natrix && natrix_up "$MAX_SCALE"
-	local pass passes order
+	local pass passes pass_order
 	for s in $SIZES; do
 		# the first target is judged on 64-byte frames: measured PASSES64 times a round, the
-		# gateways' order reversed on every other pass, so that drift within a pass favours
-		# none of them
+		# gateways' order reversed on every other pass (with an even count, a steady drift
+		# within the round favours none of them; with an odd one, less than a fixed order)
 		passes=1
 		[[ $s == 64 ]] && passes=$PASSES64
 		for pass in $(seq 1 "$passes"); do
-			order=("${gws[@]}")
-			((pass % 2 == 0)) && mapfile -t order < <(printf '%s\n' "${gws[@]}" | tac)
-			for gw in "${order[@]}"; do
+			pass_order=("${gws[@]}")
+			((pass % 2 == 0)) && mapfile -t pass_order < <(printf '%s\n' "${gws[@]}" | tac)
+			for gw in "${pass_order[@]}"; do
 				setup_only "$gw" && continue
 				p=()
 				[[ $s == 64 && $pass == 1 ]] && read -ra p <<<"$(profile "$gw")"

@@ -183,13 +183,13 @@ fn round_ratios(
             .collect()
     };
     // the no-gateway figure of this frame size (it has only the one-flow UDP case): of the
-    // same round and pass, or for a case measured once a round, the median of the round's
-    // passes
+    // same round and pass; for a case measured once a round (pass 0), the median of the
+    // round's passes. A pass whose own no-gateway figure is missing gets no ratio.
     let (ra, rb, rd) = (pick(a, case, proto), pick(b, case, proto), pick("direct", "size", "udp"));
     let direct = |key: &(u64, u64)| -> Option<f64> {
         rd.get(key).copied().or_else(|| {
             let v: Vec<f64> = rd.iter().filter(|(k, _)| k.0 == key.0).map(|(_, &p)| p).collect();
-            (!v.is_empty()).then(|| median(v))
+            (key.1 == 0 && !v.is_empty()).then(|| median(v))
         })
     };
     ra.iter()
@@ -202,18 +202,31 @@ fn round_ratios(
 }
 
 /// "; round by round: 0.91, 0.88", or with several passes a round, the passes of each
-/// round joined by "/": "; round by round (passes in turn): 0.91/0.87/0.90, 0.88/...".
+/// round joined by "/", a pass without a ratio as "–": "; round by round (passes in
+/// turn): 0.91/0.87/0.90, 0.88/–/0.85".
 fn fmt_rounds(v: &[((u64, u64), f64)]) -> String {
     if v.is_empty() {
         return String::new();
     }
-    let mut rounds: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    for ((round, _), x) in v {
-        rounds.entry(*round).or_default().push(format!("{x:.2}"));
+    let mut rounds: BTreeMap<u64, BTreeMap<u64, f64>> = BTreeMap::new();
+    for ((round, pass), x) in v {
+        rounds.entry(*round).or_default().insert(*pass, *x);
     }
-    let multi = rounds.values().any(|p| p.len() > 1);
-    let list = rounds.values().map(|p| p.join("/")).collect::<Vec<_>>().join(", ");
-    format!("; round by round{}: {list}", if multi { " (passes in turn)" } else { "" })
+    let passes = v.iter().map(|((_, pass), _)| *pass).max().unwrap_or(0);
+    if passes < 2 {
+        let list = rounds.values().flat_map(|p| p.values()).map(|x| format!("{x:.2}")).collect::<Vec<_>>();
+        return format!("; round by round: {}", list.join(", "));
+    }
+    let list = rounds
+        .values()
+        .map(|p| {
+            (1..=passes)
+                .map(|k| p.get(&k).map(|x| format!("{x:.2}")).unwrap_or_else(|| "–".into()))
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect::<Vec<_>>();
+    format!("; round by round (passes in turn): {}", list.join(", "))
 }
 
 fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
@@ -817,44 +830,49 @@ mod tests {
 
     #[test]
     fn passes_of_a_round_pair_with_their_own_baseline() {
-        let with_pass = |gw: &str, round: u64, pass: u64, pps: f64| {
-            let mut r = rec(gw, "size", round, pps);
+        let with_pass = |gw: &str, case: &str, round: u64, pass: u64, ns: f64| {
+            let mut r = rec(gw, case, round, 1e9 / ns);
             r["pass"] = json!(pass);
             r
         };
-        let recs = vec![
+        let mut recs = vec![
             // pass 1: direct 500 ns, natrix 1000 (500), forwarder 625 (125): 0.25
-            with_pass("direct", 1, 1, 2e6),
-            with_pass("natrix", 1, 1, 1e6),
-            with_pass("xdpfwd", 1, 1, 1.6e6),
+            with_pass("direct", "size", 1, 1, 500.0),
+            with_pass("natrix", "size", 1, 1, 1000.0),
+            with_pass("xdpfwd", "size", 1, 1, 625.0),
             // pass 2 of the same round, slower: direct 1000, natrix 1250 (250), fwd 1200 (200)
-            with_pass("direct", 1, 2, 1e6),
-            with_pass("natrix", 1, 2, 0.8e6),
-            with_pass("xdpfwd", 1, 2, 1e6 / 1.2),
-            // round 2, one pass: direct 500, natrix 750 (250), forwarder 700 (200)
-            with_pass("direct", 2, 1, 2e6),
-            with_pass("natrix", 2, 1, 1e9 / 750.0),
-            with_pass("xdpfwd", 2, 1, 1e9 / 700.0),
+            with_pass("direct", "size", 1, 2, 1000.0),
+            with_pass("natrix", "size", 1, 2, 1250.0),
+            with_pass("xdpfwd", "size", 1, 2, 1200.0),
+            // pass 3: direct 400, natrix 800 (400), forwarder 500 (100): 0.25
+            with_pass("direct", "size", 1, 3, 400.0),
+            with_pass("natrix", "size", 1, 3, 800.0),
+            with_pass("xdpfwd", "size", 1, 3, 500.0),
+            // round 2: pass 1 lost its no-gateway figure (no ratio, not the round's
+            // median); pass 2: direct 500, natrix 750 (250), forwarder 700 (200): 0.8
+            with_pass("natrix", "size", 2, 1, 750.0),
+            with_pass("xdpfwd", "size", 2, 1, 700.0),
+            with_pass("direct", "size", 2, 2, 500.0),
+            with_pass("natrix", "size", 2, 2, 750.0),
+            with_pass("xdpfwd", "size", 2, 2, 700.0),
         ];
         let r = round_ratios(&recs, "natrix", "xdpfwd", "size", "udp", 64);
-        let got: Vec<f64> = r.iter().map(|x| (x.1 * 100.0).round() / 100.0).collect();
-        assert_eq!(got, vec![0.25, 0.8, 0.8], "{r:?}");
-        assert_eq!(fmt_rounds(&r), "; round by round (passes in turn): 0.25/0.80, 0.80");
-        // a case measured once a round (no pass) pairs with the median of the round's
-        // no-gateway passes: round 1's are 2 and 1 Mpps, median 1.5 Mpps (666.7 ns)
-        let mut recs = recs;
-        for (gw, ns) in [("natrix", 1000.0), ("nft", 2250.0)] {
-            let mut r = rec(gw, "newflow", 1, 1e9 / ns);
-            r["pass"] = json!(0);
-            recs.push(r);
-        }
+        let got: Vec<((u64, u64), f64)> = r.iter().map(|&(k, x)| (k, (x * 100.0).round() / 100.0)).collect();
+        assert_eq!(got, vec![((1, 1), 0.25), ((1, 2), 0.8), ((1, 3), 0.25), ((2, 2), 0.8)]);
+        assert_eq!(fmt_rounds(&r), "; round by round (passes in turn): 0.25/0.80/0.25, –/0.80/–");
+        // a case measured once a round (pass 0) pairs with the median of the round's
+        // no-gateway passes: round 1's are 500, 1000 and 400 ns, in pps 2, 1 and 2.5 Mpps,
+        // median 2 Mpps (500 ns; their mean would be 545 ns)
+        recs.push(with_pass("natrix", "newflow", 1, 0, 1000.0));
+        recs.push(with_pass("nft", "newflow", 1, 0, 2500.0));
         let r = round_ratios(&recs, "natrix", "nft", "newflow", "udp", 64);
         assert_eq!(r.len(), 1, "{r:?}");
-        // (2250 - 666.7) / (1000 - 666.7)
-        assert!((r[0].1 - 4.75).abs() < 1e-9, "{r:?}");
+        // (2500 - 500) / (1000 - 500)
+        assert!((r[0].1 - 4.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(fmt_rounds(&r), "; round by round: 4.00");
         // every pass of every gateway counts once in its gateway's median
         let e = reduce_e2e(&recs);
         let n = e.iter().find(|x| x.gateway == "natrix" && x.case == "size").unwrap();
-        assert_eq!(n.rounds, 3);
+        assert_eq!(n.rounds, 5);
     }
 }
