@@ -188,8 +188,11 @@ fn round_ratios(
     let (ra, rb, rd) = (pick(a, case, proto), pick(b, case, proto), pick("direct", "size", "udp"));
     let direct = |key: &(u64, u64)| -> Option<f64> {
         rd.get(key).copied().or_else(|| {
+            if key.1 != 0 {
+                return None;
+            }
             let v: Vec<f64> = rd.iter().filter(|(k, _)| k.0 == key.0).map(|(_, &p)| p).collect();
-            (key.1 == 0 && !v.is_empty()).then(|| median(v))
+            (!v.is_empty()).then(|| median(v))
         })
     };
     ra.iter()
