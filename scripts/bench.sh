@@ -281,7 +281,11 @@ round() {
 	# connection setups: every packet a new flow, on fresh state (UDP and TCP flows use
 	# different outside ports and sessions, so natrix needs one restart for both)
 	has natrix && { natrix_down; natrix_up 0; }
-	for proto in udp tcp; do
+	# the protocol measured second on a daemon tends to be the slower (docs/PERFORMANCE.md,
+	# R22): the order alternates from round to round so that neither always takes that turn
+	local protos=(udp tcp)
+	((ROUND % 2 == 0)) && protos=(tcp udp)
+	for proto in "${protos[@]}"; do
 		for gw in "${gws[@]}"; do
 			[[ $gw == direct ]] && continue
 			[[ $gw == nft ]] && nft_flush
