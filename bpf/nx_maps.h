@@ -182,6 +182,25 @@ struct {
 	__type(value, struct nx_reap_args);
 } nx_reap_buf SEC(".maps");
 
+/* The FIB cache (nx_fwd.h): per CPU, direct-mapped, fib_cache.entries slots. Not pinned:
+ * a new program instance starts with an empty cache (and its own nx_fibc_gen). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_fibc_ent);
+} nx_fibc SEC(".maps");
+
+/* Its generation word (NX_FIBC_*, the low 32 bits of the value): the daemon changes it
+ * through mmap when the routing changes (src/fibwatch.rs). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} nx_fibc_gen SEC(".maps");
+
 /* Per-CPU scratch space for structures too large for the 512-byte BPF stack. */
 struct nx_scratch {
 	struct bpf_fib_lookup fib;

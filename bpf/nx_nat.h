@@ -503,7 +503,7 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	 * (RFC 4787 REQ-13), from the pool address it was sent to. */
 	nx_fib_params(ctx, p.ip, fib);
 	fib->ipv4_dst = in_ip;
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	rc = nx_fib_lookup(ctx, fib);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
 		nx_count(NX_DROP_MTU_EXCEEDED);
 		if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),

@@ -107,8 +107,41 @@ struct nx_config {
 	 * NX_SUB_PROBE more) and the most subscribers it may hold. */
 	__u32 sub_nslots;
 	__u32 sub_max;
+	/* The FIB cache (nx_fwd.h): slots - 1 (a power of two), and how long an answer may be
+	 * reused, in jiffies; 0 = no cache, every packet asks the kernel's FIB. */
+	__u32 fibc_mask;
+	__u32 fibc_max_age;
 };
-nx_static_assert(sizeof(struct nx_config) == 168, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 176, "nx_config layout");
+
+/* ---- The FIB cache (map nx_fibc: per CPU, direct-mapped; see nx_fwd.h) ---------------
+ * An answer of bpf_fib_lookup (egress interface and MACs), kept for the key it depends on
+ * and reused while the routing stays as it was. One 64-byte line per slot. */
+struct nx_fibc_ent {
+	/* the key */
+	__u32 dst;    /* destination asked for (network order) */
+	__u32 src;    /* source; 0 while the routing answers on the destination alone */
+	__u32 iif;    /* ingress ifindex */
+	__u8 tos;     /* routes may select on it */
+	__u8 proto;   /* policy rules may select on it; 0 like src */
+	__u16 ok_len; /* the longest IPv4 total length the kernel passed for this answer */
+	__u32 gen;    /* nx_fibc_gen's word when filled */
+	__u32 born;   /* jiffies (low 32 bits) when filled */
+	/* the answer */
+	__u32 oif;
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u32 pad[6];
+};
+nx_static_assert(sizeof(struct nx_fibc_ent) == 64, "nx_fibc_ent: one cache line");
+
+/* The word of map nx_fibc_gen (written by the daemon): bits 31..1 change whenever it sees
+ * the routing change (routes, policy rules, neighbours, links, addresses), which makes
+ * every cached answer stale at once; bit 0 says that the routing answers on the
+ * destination alone (no policy rules but the three defaults, no multipath route), so the
+ * cache leaves source and protocol out of its key. */
+#define NX_FIBC_BY_DST 1u
+#define NX_FIBC_GEN_STEP 2u
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
@@ -392,6 +425,7 @@ enum nx_stat {
 	NX_STAT_FRAG_OUT,	 /* fragments translated inside -> outside */
 	NX_STAT_FRAG_IN,	 /* fragments translated outside -> inside */
 	NX_STAT_FRAG_HELD,	 /* arrived before their first fragment: handed to the daemon */
+	NX_STAT_FIB_LOOKUP,	 /* asked the kernel's FIB (not answered by the FIB cache) */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */

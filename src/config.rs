@@ -54,6 +54,16 @@ const MAX_ICMP_ERRORS_PER_SEC: i64 = 100_000;
 /// longer and a burst of lone first fragments pins the table.
 const MIN_FRAGMENT_TIMEOUT: Duration = Duration::from_millis(100);
 const MAX_FRAGMENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The FIB cache (`[fib_cache]`): slots per CPU, a power of two in this range (or 0, no
+/// cache). Below the minimum it would thrash on a handful of destinations; above the
+/// maximum (64 MiB a CPU) its own lines stop fitting any cache.
+const MIN_FIB_CACHE_ENTRIES: i64 = 64;
+const MAX_FIB_CACHE_ENTRIES: i64 = 1 << 20;
+/// How long a cached FIB answer may be reused without the daemon saying the routing is
+/// unchanged; longer would let a route change go unnoticed for that long while no
+/// daemon runs.
+const MIN_FIB_CACHE_AGE: Duration = Duration::from_millis(1);
+const MAX_FIB_CACHE_AGE: Duration = Duration::from_secs(10);
 const MIN_FRAGMENTS_TRACKED: i64 = 16;
 const MAX_FRAGMENTS_TRACKED: i64 = 10_000_000;
 const MAX_FRAGMENTS_HELD: i64 = 65_536;
@@ -63,7 +73,8 @@ const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
 
 /// Top-level tables, in the order they are validated.
-const SECTIONS: &[&str] = &["interfaces", "pool", "nat", "fragments", "timeouts", "limits", "daemon"];
+const SECTIONS: &[&str] =
+    &["interfaces", "pool", "nat", "fragments", "timeouts", "limits", "fib_cache", "daemon"];
 /// Top-level arrays of tables (`[[exclude]]`), each element a table of its
 /// own. They are validated right after `pool`, whose addresses they refer to.
 const TABLE_ARRAYS: &[&str] = &["exclude", "forward"];
@@ -82,6 +93,7 @@ pub struct Config {
     pub fragments: Fragments,
     pub timeouts: Timeouts,
     pub limits: Limits,
+    pub fib_cache: FibCache,
     pub daemon: Daemon,
     /// Accepted but questionable settings (e.g. timeouts below an RFC
     /// minimum). Returned rather than logged so that parsing stays pure.
@@ -218,6 +230,22 @@ impl Default for Limits {
     }
 }
 
+/// The data plane's cache of the kernel's FIB answers (bpf/nx_fwd.h): per CPU, reused
+/// until netlink reports a routing change or `max_age` passes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FibCache {
+    /// Slots per CPU (0: no cache, every packet asks the kernel).
+    pub entries: u32,
+    /// The longest an answer is reused; the bound on a stale route while no daemon runs.
+    pub max_age: Duration,
+}
+
+impl Default for FibCache {
+    fn default() -> Self {
+        FibCache { entries: 4096, max_age: Duration::from_millis(50) }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Daemon {
     pub pin_path: PathBuf,
@@ -272,9 +300,22 @@ impl Config {
         let fragments = parse_fragments(&Section::open(&root, "fragments", &empty)?)?;
         let timeouts = parse_timeouts(&Section::open(&root, "timeouts", &empty)?, &mut warnings)?;
         let limits = parse_limits(&Section::open(&root, "limits", &empty)?)?;
+        let fib_cache = parse_fib_cache(&Section::open(&root, "fib_cache", &empty)?)?;
         let daemon = parse_daemon(&Section::open(&root, "daemon", &empty)?)?;
 
-        Ok(Config { interfaces, pool, exclude, forwards, nat, fragments, timeouts, limits, daemon, warnings })
+        Ok(Config {
+            interfaces,
+            pool,
+            exclude,
+            forwards,
+            nat,
+            fragments,
+            timeouts,
+            limits,
+            fib_cache,
+            daemon,
+            warnings,
+        })
     }
 
     /// Reads and parses the file at `path`.
@@ -651,6 +692,7 @@ fn allowed_keys(section: &str) -> &'static [&'static str] {
         "fragments" => &["timeout", "max_tracked", "max_held"],
         "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
         "limits" => &["max_subscribers", "max_mappings", "max_sessions"],
+        "fib_cache" => &["entries", "max_age"],
         "daemon" => &["pin_path", "sweep_interval"],
         _ => &[],
     }
@@ -1104,6 +1146,22 @@ fn parse_limits(sec: &Section) -> Result<Limits, ConfigError> {
     })
 }
 
+fn parse_fib_cache(sec: &Section) -> Result<FibCache, ConfigError> {
+    let d = FibCache::default();
+    let entries = sec.int("entries", d.entries.into(), 0, MAX_FIB_CACHE_ENTRIES)?;
+    if entries != 0 && (entries < MIN_FIB_CACHE_ENTRIES || entries & (entries - 1) != 0) {
+        return Err(key_err(
+            sec.key("entries"),
+            format!(
+                "must be 0 (no cache) or a power of two between {MIN_FIB_CACHE_ENTRIES} and \
+                 {MAX_FIB_CACHE_ENTRIES}, found {entries}"
+            ),
+        ));
+    }
+    let max_age = sec.duration_in("max_age", d.max_age, MIN_FIB_CACHE_AGE, MAX_FIB_CACHE_AGE)?;
+    Ok(FibCache { entries: entries as u32, max_age })
+}
+
 fn parse_daemon(sec: &Section) -> Result<Daemon, ConfigError> {
     let d = Daemon::default();
     let pin_path = match sec.str("pin_path")? {
@@ -1256,6 +1314,7 @@ sweep_interval = "1s"             # default; 100ms ..= 60s
             fragments: Fragments::default(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
+            fib_cache: FibCache::default(),
             daemon: Daemon::default(),
             warnings: vec![],
         };
@@ -1858,6 +1917,32 @@ sweep_interval = "250ms"
         }
     }
 
+    // ---- fib_cache ----
+
+    #[test]
+    fn fib_cache_values_and_errors() {
+        assert_eq!(ok(&with("")).fib_cache, FibCache { entries: 4096, max_age: Duration::from_millis(50) });
+        let c = ok(&with("[fib_cache]\nentries = 0\nmax_age = \"1ms\"\n"));
+        assert_eq!(c.fib_cache, FibCache { entries: 0, max_age: Duration::from_millis(1) });
+        let c = ok(&with("[fib_cache]\nentries = 1048576\nmax_age = 10\n"));
+        assert_eq!(c.fib_cache, FibCache { entries: 1 << 20, max_age: Duration::from_secs(10) });
+        for (k, v, why) in [
+            ("entries", "100", "power of two"),
+            ("entries", "32", "power of two between 64 and 1048576"),
+            ("entries", "2097152", "between 0 and 1048576"),
+            ("entries", "-1", "between 0"),
+            ("entries", "\"4k\"", "expected an integer"),
+            ("max_age", "\"0s\"", "between 1ms and 10s"),
+            ("max_age", "11", "between 1ms and 10s"),
+            ("max_age", "true", "expected a duration"),
+        ] {
+            let key = format!("fib_cache.{k}");
+            let m = key_error(&with(&format!("[fib_cache]\n{k} = {v}\n")), &key);
+            assert!(m.contains(why), "{key} = {v}: {m}");
+        }
+        key_error(&with("[fib_cache]\nsize = 64\n"), "fib_cache.size");
+    }
+
     // ---- daemon ----
 
     #[test]
@@ -2417,6 +2502,9 @@ icmp_errors_per_sec = 100         # default; 0 disables generated ICMP errors
 timeout = "2s"                    # default; 100ms ..= 60s
 max_tracked = 16384               # default; 16 ..= 10_000_000
 max_held = 256                    # default; 0 ..= 65536
+[fib_cache]
+entries = 4096                    # default; slots per CPU, 0 (no cache) or a power of two 64 ..= 1048576
+max_age = "50ms"                  # default; 1ms ..= 10s
 "#;
 
     #[test]
@@ -2434,6 +2522,7 @@ max_held = 256                    # default; 0 ..= 65536
         assert!(c.nat.port_class);
         assert_eq!(c.nat.icmp_errors_per_sec, 100);
         assert_eq!(c.fragments, Fragments::default());
+        assert_eq!(c.fib_cache, FibCache::default());
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         // Everything else is exactly the documented example.
         assert_eq!(c, Config { exclude: c.exclude.clone(), forwards: c.forwards.clone(), ..ok(EXAMPLE) });

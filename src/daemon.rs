@@ -45,6 +45,27 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop))?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
 
+    // The FIB cache's watcher (src/fibwatch.rs). Without it the cache still works, but a
+    // route change takes up to fib_cache.max_age to be seen.
+    let fibwatch = if cfg.fib_cache.entries > 0 {
+        let started = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_fibc_gen)
+            .map_err(anyhow::Error::from)
+            .and_then(|h| Ok(crate::tables::MmapWords::new(&h, "nx_fibc_gen")?))
+            .and_then(|g| Ok(crate::fibwatch::spawn(g, Arc::clone(&stop))?));
+        match started {
+            Ok(t) => Some(t),
+            Err(e) => {
+                warn!(
+                    "FIB cache: cannot watch routing changes ({e:#}); cached answers live up to \
+                     fib_cache.max_age after a change"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
+
     let mut sweeper = Sweeper::new(&dp.tables)?;
     let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
     let reaper = Reaper { prog: &dp.skel.progs.nx_reap, buf: &reap_buf };
@@ -114,6 +135,9 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
         if h.is_holding() {
             h.flush(&frags);
         }
+    }
+    if let Some(t) = fibwatch {
+        let _ = t.join();
     }
     info!("stopping; the data plane keeps translating (pinned under {})", pin.display());
     Ok(())

@@ -123,6 +123,9 @@ pub struct Sizes {
     pub sess: u32,
     pub frags: u32,
     pub frag_rb: u32,
+    /// FIB cache slots per CPU (at least 1: a map cannot be empty; the cache is off when
+    /// fib_cache.entries is 0, see nx_config.fibc_max_age).
+    pub fibc: u32,
 }
 
 impl Sizes {
@@ -139,6 +142,7 @@ impl Sizes {
             frags: c.fragments.max_tracked,
             // a power-of-two number of pages holding max_held records of ~1.5 KiB
             frag_rb: ((c.fragments.max_held.max(1) as usize * 1600).next_power_of_two().max(4096)) as u32,
+            fibc: c.fib_cache.entries.max(1),
         }
     }
 }
@@ -259,7 +263,20 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         clk_hz: 0,
         sub_nslots: crate::tables::sub_home_slots(c.limits.max_subscribers),
         sub_max: c.limits.max_subscribers,
+        fibc_mask: c.fib_cache.entries.max(1) - 1,
+        // in jiffies, set with the clock by `Dataplane::configure` (fibc_max_age_jiffies)
+        fibc_max_age: 0,
     }
+}
+
+/// fib_cache.max_age in jiffies of a kernel running at `hz`: rounded up, at least one (an
+/// answer is reused within the jiffy it was got in at the least); 0 when the cache is off.
+pub fn fibc_max_age_jiffies(c: &Config, hz: u32) -> u32 {
+    if c.fib_cache.entries == 0 {
+        return 0;
+    }
+    let j = (c.fib_cache.max_age.as_micros() * hz as u128).div_ceil(1_000_000);
+    j.clamp(1, u32::MAX as u128 / 2) as u32
 }
 
 /// A hash seed nobody outside can predict (a subscriber choosing colliding keys could
@@ -356,7 +373,7 @@ impl Dataplane {
         let took_over = pin_dir.as_deref().is_some_and(is_pinned);
         {
             let m = &mut open.maps;
-            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 10] = [
+            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 11] = [
                 (&mut m.nx_frags, sizes.frags),
                 (&mut m.nx_frag_rb, sizes.frag_rb),
                 (&mut m.nx_pool, sizes.pool),
@@ -367,6 +384,7 @@ impl Dataplane {
                 (&mut m.nx_maps, sizes.maps),
                 (&mut m.nx_sess, sizes.sess),
                 (&mut m.nx_cfg, 1),
+                (&mut m.nx_fibc, sizes.fibc),
             ];
             for (map, n) in sized {
                 let name = map.name().to_string_lossy().into_owned();
@@ -487,6 +505,7 @@ impl Dataplane {
         };
         let mut c = nx_config_from(cfg, hint, seed);
         (c.clk_hz, c.clk_mult, c.clk_off) = (clock.hz, clock.mult, clock.off);
+        c.fibc_max_age = fibc_max_age_jiffies(cfg, clock.hz);
         t.write_config(&c)?;
         self.set_exclusions(cfg)?;
         self.install_forwards(cfg)?;

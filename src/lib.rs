@@ -29,6 +29,7 @@ pub mod config;
 pub mod daemon;
 pub mod dataplane;
 pub mod expiry;
+pub mod fibwatch;
 pub mod frag;
 pub mod show;
 pub mod tables;

@@ -3050,3 +3050,166 @@ fn unsolicited_inbound_rst_opens_nothing() {
         }
     });
 }
+
+// =============================================================================================
+// 15. The FIB cache (bpf/nx_fwd.h, src/fibwatch.rs)
+// =============================================================================================
+
+/// A cache whose answers only a routing change ends (not their age, within a test).
+fn fib_cache_cfg() -> Cfg {
+    cfg().set("fib_cache", "max_age", "\"10s\"")
+}
+
+fn fib_lookups(env: &Env, before: &[u64]) -> u64 {
+    env.stats()[stat_idx("fib_lookups")] - before[stat_idx("fib_lookups")]
+}
+
+/// Repeated packets are answered from the cache, with frames exactly as the kernel's FIB
+/// would have them; outbound and inbound are separate keys; with the kernel's default
+/// policy the source is not part of the key (a second subscriber to the same server hits),
+/// and a policy rule makes it part of the key again.
+#[test]
+fn fib_cache_answers_repeats_exactly() {
+    with_env(&fib_cache_cfg(), |env| {
+        let g = env.wait_fib_gen(0, Some(true), "the watcher's first word");
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53).payload(b"cached");
+        let before = env.stats();
+        let o = xlate_out(env, &p, None, "first packet out");
+        assert_eq!(fib_lookups(env, &before), 1, "expected the first packet to ask the kernel's FIB");
+        let before = env.stats();
+        for i in 0..3 {
+            xlate_out(env, &p.clone().payload(&[i; 6]), Some(o), "repeat out (same length)");
+        }
+        assert_eq!(fib_lookups(env, &before), 0, "expected repeats to be answered by the cache");
+        let before = env.stats();
+        xlate_in(env, &reply(&p, o), (sub(1), 40000), "first reply in");
+        xlate_in(env, &reply(&p, o).payload(b"again"), (sub(1), 40000), "second reply in");
+        assert_eq!(fib_lookups(env, &before), 1, "expected one lookup for the inbound direction");
+        // another subscriber, same server: same answer, the source is not in the key
+        let before = env.stats();
+        xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "second subscriber out");
+        assert_eq!(fib_lookups(env, &before), 0, "expected the destination-only key to hit");
+
+        // a policy rule on the source: the watcher keys on the source from now on
+        env.ip(&["rule", "add", "from", &sub(3).to_string(), "table", "main", "pref", "100"]);
+        let g2 = env.wait_fib_gen(g, Some(false), "after `ip rule add`");
+        std::thread::sleep(Duration::from_millis(1300)); // past the watcher's recheck
+        assert_eq!(env.fib_gen() & 1, 0, "expected the source in the key while a policy rule exists");
+        let before = env.stats();
+        xlate_out(env, &p.clone().payload(b"after the rule"), Some(o), "out after the rule");
+        xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "second subscriber again");
+        assert_eq!(fib_lookups(env, &before), 2, "expected a lookup per source after the rule");
+        assert_ne!(g2, g);
+    });
+}
+
+/// A neighbour's new MAC and a new route are used from the next packet on: the watcher
+/// changes the generation word when netlink reports them.
+#[test]
+fn fib_cache_follows_neighbour_and_route_changes() {
+    with_env(&fib_cache_cfg(), |env| {
+        let g = env.wait_fib_gen(0, None, "the watcher's first word");
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
+        let o = xlate_out(env, &p, None, "out");
+        xlate_out(env, &p, Some(o), "out, cached");
+
+        let new_mac = [0x02, 0, 0, 0, 0x33, 0x44];
+        env.ip(&[
+            "neigh",
+            "replace",
+            &SERVER.to_string(),
+            "lladdr",
+            "02:00:00:00:33:44",
+            "dev",
+            OUT_IF,
+            "nud",
+            "permanent",
+        ]);
+        let g = env.wait_fib_gen(g, None, "after the neighbour's MAC changed");
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Inside, &p.build(), XDP_REDIRECT, "out after the MAC change");
+        let mut exp = p.clone().with_src(o.0, o.1).forwarded();
+        exp.dmac = new_mac;
+        assert_frame_eq(&out, &exp.build(), "out to the neighbour's new MAC");
+        assert_eq!(fib_lookups(env, &before), 1, "expected the stale answer to be asked again");
+
+        // the server's address now routed via SERVER2
+        env.ip(&["route", "add", &format!("{SERVER}/32"), "via", &SERVER2.to_string(), "dev", OUT_IF]);
+        env.wait_fib_gen(g, None, "after the route was added");
+        let out = env.expect_verdict(Side::Inside, &p.build(), XDP_REDIRECT, "out after the route change");
+        let mut exp = p.clone().with_src(o.0, o.1).forwarded();
+        exp.dmac = mac_of(SERVER2);
+        assert_frame_eq(&out, &exp.build(), "out via the new next hop");
+    });
+}
+
+/// The MTU check stays the kernel's: an answer is reused only for packets no longer than
+/// the longest the kernel passed with it; a longer one asks again, and a too-big one with
+/// DF still goes to the kernel untranslated.
+#[test]
+fn fib_cache_keeps_the_mtu_check() {
+    with_env(&fib_cache_cfg(), |env| {
+        env.ip(&["link", "set", OUT_IF, "mtu", "1400"]);
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53).payload(&[1; 100]);
+        let o = xlate_out(env, &p, None, "small out");
+        let before = env.stats();
+        xlate_out(env, &p.clone().payload(&[2; 1300]), Some(o), "1328 bytes out");
+        assert_eq!(fib_lookups(env, &before), 1, "expected a longer packet to ask the kernel");
+        let before = env.stats();
+        xlate_out(env, &p.clone().payload(&[3; 1200]), Some(o), "1228 bytes out");
+        xlate_out(env, &p.clone().payload(&[4; 1300]), Some(o), "1328 bytes again");
+        assert_eq!(fib_lookups(env, &before), 0, "expected lengths already passed to hit");
+        let big = p.clone().payload(&[5; 1400]);
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Inside, &big.build(), XDP_PASS, "1428 bytes with DF");
+        assert_frame_eq(&out, &big.build(), "too big with DF: untranslated, for the kernel");
+        env.assert_counters(
+            &before,
+            &[("rx_inside", 1), ("pass_fib_other", 1), ("fib_lookups", 1)],
+            "too big with DF",
+        );
+    });
+}
+
+/// Age: with no watcher (no daemon), an answer lives fib_cache.max_age at most.
+#[test]
+fn fib_cache_answers_age_out_without_a_watcher() {
+    with_env(&cfg().set("fib_cache", "max_age", "\"1ms\""), |env| {
+        env.stop_fibwatch();
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
+        let o = xlate_out(env, &p, None, "out");
+        env.ip(&[
+            "neigh",
+            "replace",
+            &SERVER.to_string(),
+            "lladdr",
+            "02:00:00:00:33:55",
+            "dev",
+            OUT_IF,
+            "nud",
+            "permanent",
+        ]);
+        sleep(Duration::from_millis(30)); // several jiffies at any HZ
+        let before = env.stats();
+        let out = env.expect_verdict(Side::Inside, &p.build(), XDP_REDIRECT, "out after max_age");
+        let mut exp = p.clone().with_src(o.0, o.1).forwarded();
+        exp.dmac = [0x02, 0, 0, 0, 0x33, 0x55];
+        assert_frame_eq(&out, &exp.build(), "out to the new MAC once the answer aged out");
+        assert_eq!(fib_lookups(env, &before), 1, "expected an aged answer to be asked again");
+    });
+}
+
+/// fib_cache.entries = 0: every packet asks the kernel's FIB.
+#[test]
+fn fib_cache_off_asks_every_time() {
+    with_env(&cfg().set("fib_cache", "entries", "0"), |env| {
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
+        let o = xlate_out(env, &p, None, "out");
+        let before = env.stats();
+        for _ in 0..3 {
+            xlate_out(env, &p, Some(o), "out again");
+        }
+        xlate_in(env, &reply(&p, o), (sub(1), 40000), "reply in");
+        assert_eq!(fib_lookups(env, &before), 4, "expected one lookup per packet with no cache");
+    });
+}

@@ -19,8 +19,8 @@ use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use etherparse::{Icmpv4Type, IpHeaders, IpNumber, Ipv4Dscp, Ipv4Header, PacketBuilder, TcpHeader};
 use libbpf_rs::{MapHandle, ProgramInput};
@@ -325,6 +325,15 @@ pub struct Env {
     pub in_ifindex: u32,
     pub out_ifindex: u32,
     sweeper: RefCell<Option<Sweeper>>,
+    /// The FIB cache's watcher, as the daemon runs it (src/fibwatch.rs), while the cache
+    /// is on: its stop flag and thread.
+    fibwatch: RefCell<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.stop_fibwatch();
+    }
 }
 
 /// Creates a namespace, loads and configures a private data plane in it from `cfg`, and
@@ -363,13 +372,61 @@ impl Env {
         let ifaces = dataplane::resolve_interfaces(&cfg).expect("expected in0/out0 in the test namespace");
         let dp = Dataplane::load(&cfg, Persistence::Private).expect("expected the data plane to load");
         dp.configure(&cfg, &ifaces).expect("expected configure() to succeed");
-        Env {
+        let env = Env {
             dp,
             cfg,
             ns: ns.to_string(),
             in_ifindex: ifindex(IN_IF),
             out_ifindex: ifindex(OUT_IF),
             sweeper: RefCell::new(None),
+            fibwatch: RefCell::new(None),
+        };
+        if env.cfg.fib_cache.entries > 0 {
+            let stop = Arc::new(AtomicBool::new(false));
+            // started on this thread, in the test namespace: its sockets are that namespace's
+            let t = natrix::fibwatch::spawn(env.fib_gen_words(), Arc::clone(&stop))
+                .expect("expected the FIB cache watcher to start");
+            *env.fibwatch.borrow_mut() = Some((stop, t));
+        }
+        env
+    }
+
+    // ---- the FIB cache ----
+
+    fn fib_gen_words(&self) -> natrix::tables::MmapWords {
+        let h = MapHandle::try_from(&self.dp.skel.maps.nx_fibc_gen).expect("expected nx_fibc_gen");
+        natrix::tables::MmapWords::new(&h, "nx_fibc_gen").expect("expected nx_fibc_gen to mmap")
+    }
+
+    /// The FIB cache's generation word (NX_FIBC_*).
+    pub fn fib_gen(&self) -> u64 {
+        self.fib_gen_words().words()[0].load(Ordering::Acquire)
+    }
+
+    /// Waits (2 s at most) until the generation word differs from `before` and, with
+    /// `by_dst`, has NX_FIBC_BY_DST as asked; returns it.
+    pub fn wait_fib_gen(&self, before: u64, by_dst: Option<bool>, what: &str) -> u64 {
+        let t0 = std::time::Instant::now();
+        loop {
+            let g = self.fib_gen();
+            if g != before && by_dst.is_none_or(|b| (g & natrix::fibwatch::BY_DST != 0) == b) {
+                return g;
+            }
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(2),
+                "{what}: expected the FIB cache's generation word to change from {before:#x} \
+                 (by destination: {by_dst:?}) within 2 s, it is {g:#x}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Stops the watcher, as when no daemon runs (the last word it publishes keys the cache
+    /// on the source too).
+    pub fn stop_fibwatch(&self) {
+        if let Some((stop, t)) = self.fibwatch.borrow_mut().take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = t.join();
         }
     }
 
@@ -489,7 +546,13 @@ impl Env {
         for (s, name) in STATS {
             let i = s.0 as usize;
             let d = after[i].wrapping_sub(before[i]);
-            let want = expect.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+            let listed = expect.iter().find(|(n, _)| n == name);
+            // how often the FIB cache missed depends on what ran before: checked only
+            // where a test names it
+            if listed.is_none() && *name == "fib_lookups" {
+                continue;
+            }
+            let want = listed.map_or(0, |(_, v)| *v);
             if d != want {
                 errs.push(format!("{name}: expected +{want}, got +{d}"));
             }
