@@ -399,6 +399,16 @@ impl Watch {
     }
 }
 
+/// Publishes one generation with the routing policy checked, and no watcher: for data
+/// planes whose routing does not change while they run (`natrix bench cost`). Returns
+/// whether the cache keys on the destination alone.
+pub fn publish_checked(gen: &MmapWords) -> io::Result<bool> {
+    let by_dst = routing_by_dst()?;
+    let w = &gen.words()[0];
+    w.store(next_word(w.load(Ordering::Acquire), by_dst), Ordering::Release);
+    Ok(by_dst)
+}
+
 /// Starts the watcher on the data plane's generation word (map nx_fibc_gen). The first
 /// generation, with the routing policy checked, is published before this returns.
 pub fn spawn(gen: MmapWords, stop: Arc<AtomicBool>) -> io::Result<JoinHandle<()>> {

@@ -106,6 +106,49 @@ fn ping_from_both_subscribers_is_translated() {
     assert!(sess.iter().all(|s| s.remote.starts_with("198.51.100.2:")), "{sess:#?}");
 }
 
+/// The daemon's watcher keeps the FIB cache honest under real traffic: once the gateway's
+/// neighbour entry for the server names a MAC nobody has, pings stop (a cached answer
+/// would carry them on for fib_cache.max_age, 10 s here); back to the server's MAC, they
+/// pass again.
+#[test]
+fn fib_cache_follows_a_next_hop_change_under_traffic() {
+    let mut t = Topo::new();
+    let mut conf = t.conf();
+    conf.set("fib_cache.max_age", r#""10s""#);
+    started(&mut t, &conf);
+    let (s1, gw) = (t.s1.clone(), t.gw.clone());
+    assert_eq!(ping(&s1, SERVER_IP, 3), 3, "before the change: ping through natrix lost replies");
+    let before = t.stats().counter("fib_lookups");
+    let link = sh(&["ip", "-n", &t.srv, "-br", "link", "show", "eth0"]);
+    let mac = link.split_whitespace().nth(2).expect("the server's MAC").to_string();
+    let neigh = |lladdr: &str| {
+        sh(&[
+            "ip",
+            "-n",
+            &gw,
+            "neigh",
+            "replace",
+            "198.51.100.2",
+            "lladdr",
+            lladdr,
+            "dev",
+            "wan0",
+            "nud",
+            "permanent",
+        ]);
+        std::thread::sleep(Duration::from_millis(100)); // the watcher's thread; far below 10 s
+    };
+    neigh("02:00:00:00:de:ad");
+    assert_eq!(ping(&s1, SERVER_IP, 3), 0, "expected pings sent to a MAC nobody has to be lost");
+    neigh(&mac);
+    assert_eq!(ping(&s1, SERVER_IP, 3), 3, "expected pings to pass again with the server's MAC");
+    let after = t.stats().counter("fib_lookups");
+    assert!(
+        after >= before + 2,
+        "expected each change to make the data plane ask the FIB again: {before} -> {after}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. TCP
 

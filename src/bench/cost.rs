@@ -36,6 +36,7 @@ use crate::bench_skel::fwd::{NxbFwdSkel, NxbFwdSkelBuilder};
 use crate::config::Config;
 use crate::dataplane::{self, Dataplane, Persistence};
 use crate::expiry::{Reaper, Sweeper};
+use crate::skel::types::nx_config;
 use crate::tables::{stat_index, STATS};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -197,6 +198,13 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     let dp = Dataplane::load(&cfg, Persistence::Private)?;
     let ifaces = dataplane::resolve_interfaces(&cfg)?;
     dp.configure(&cfg, &ifaces)?;
+    // the FIB cache keyed as the daemon's watcher would key it in this namespace
+    let gen = crate::tables::MmapWords::new(
+        &libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_fibc_gen)?,
+        "nx_fibc_gen",
+    )?;
+    let by_dst = crate::fibwatch::publish_checked(&gen)?;
+    info!(by_dst, "cost: FIB cache generation published");
     let load_secs = t_load.elapsed().as_secs_f64();
     let t = &dp.tables;
     let inside_fd = dp.skel.progs.nx_xdp_inside.as_fd().as_raw_fd();
@@ -309,8 +317,11 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
         ("fwd_mem_hot", Some(fwd_mem_fd), hot.clone(), in_if),
         ("fwd_mem_rnd", Some(fwd_mem_fd), rnd.clone(), in_if),
         ("fwd_chunk_rnd", Some(fwd_chunk_fd), rnd.clone(), in_if),
-        ("out_hot", Some(inside_fd), hot, in_if),
-        ("out_rnd", Some(inside_fd), rnd, in_if),
+        ("out_hot", Some(inside_fd), hot.clone(), in_if),
+        ("out_rnd", Some(inside_fd), rnd.clone(), in_if),
+        // the same with the FIB cache off (nx_config.fibc_max_age = 0 for the case)
+        ("out_nofc_hot", Some(inside_fd), hot, in_if),
+        ("out_nofc_rnd", Some(inside_fd), rnd, in_if),
         ("tcp_rnd", Some(inside_fd), tcp_rnd, in_if),
         ("in_hot", Some(outside_fd), in_hot, out_if),
         ("in_rnd", Some(outside_fd), in_rnd, out_if),
@@ -338,12 +349,22 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
 impl Inst {
     /// Every case once, in turn, each result added to its samples.
     fn time_cases(&mut self, repeat: u32) -> Result<()> {
+        let t = &self.dp.tables;
+        let cfg = t.config()?;
         for (name, prog, spec, ifindex) in &self.cases {
             match prog {
                 Some(fd) => self.h.target(*fd)?,
                 None => self.h.target_nop()?,
             }
-            let r = self.h.run(spec, *ifindex, repeat)?;
+            let nofc = name.contains("_nofc_");
+            if nofc {
+                t.write_config(&nx_config { fibc_max_age: 0, ..cfg })?;
+            }
+            let r = self.h.run(spec, *ifindex, repeat);
+            if nofc {
+                t.write_config(&cfg)?;
+            }
+            let r = r?;
             if prog.is_some() && r.retval != XDP_REDIRECT {
                 bail!("{name}: the program returned {} instead of XDP_REDIRECT", r.retval);
             }
@@ -384,6 +405,8 @@ fn finish(a: &CostArgs, inst: Inst) -> Result<serde_json::Value> {
     let fwd_chunk_rnd = med("fwd_chunk_rnd") - nop_rnd;
     let out_hot = med("out_hot") - nop_hot;
     let out_rnd = med("out_rnd") - nop_rnd;
+    let out_nofc_hot = med("out_nofc_hot") - nop_hot;
+    let out_nofc_rnd = med("out_nofc_rnd") - nop_rnd;
     let tcp_out_rnd = med("tcp_rnd") - med("nop_tcp_rnd");
     let in_hot = med("in_hot") - nop_in_hot;
     let in_rnd = med("in_rnd") - nop_in_rnd;
@@ -459,6 +482,7 @@ fn finish(a: &CostArgs, inst: Inst) -> Result<serde_json::Value> {
             "fwd_mem": {"hot": fwd_mem_hot, "random": fwd_mem_rnd, "lines": lines},
             "fwd_chunk": {"random": fwd_chunk_rnd, "chunks": chunks},
             "est_out": {"hot": out_hot, "random": out_rnd},
+            "est_out_nofc": {"hot": out_nofc_hot, "random": out_nofc_rnd},
             "est_out_tcp": {"random": tcp_out_rnd},
             "est_in": {"hot": in_hot, "random": in_rnd},
             "icmp": {"random": icmp_out_rnd},

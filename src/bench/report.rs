@@ -626,13 +626,13 @@ The setup floor is measured on new flows only: the XDP forwarder plus a read and
 
     if !cost.is_empty() {
         let _ = writeln!(m, "\n### Per-packet cost in BPF_PROG_TEST_RUN (ns, harness subtracted)\n");
-        let _ = writeln!(m, "| live sessions | forwarder hot / random | forwarder + one table line, random (4 KiB pages / linear map) | established out hot / random | established out TCP random | established in hot / random | ICMP echo random | new flow | fill, ns per flow (UDP / TCP) |\n|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(m, "| live sessions | forwarder hot / random | forwarder + one table line, random (4 KiB pages / linear map) | established out hot / random | established out, FIB cache off, hot / random | established out TCP random | established in hot / random | ICMP echo random | new flow | fill, ns per flow (UDP / TCP) |\n|---|---|---|---|---|---|---|---|---|---|");
         for c in cost {
             let n = &c["ns"];
             let g = |a: &str, b: &str| ns(n[a][b].as_f64().unwrap_or(f64::NAN));
             let _ = writeln!(
                 m,
-                "| {} | {} / {} | {} / {} | {} / {} | {} | {} / {} | {} | {} | {} / {} |",
+                "| {} | {} / {} | {} / {} | {} / {} | {} / {} | {} | {} / {} | {} | {} | {} / {} |",
                 human(c["sessions"].as_u64().unwrap_or(0)),
                 g("fwd", "hot"),
                 g("fwd", "random"),
@@ -640,6 +640,8 @@ The setup floor is measured on new flows only: the XDP forwarder plus a read and
                 g("fwd_chunk", "random"),
                 g("est_out", "hot"),
                 g("est_out", "random"),
+                g("est_out_nofc", "hot"),
+                g("est_out_nofc", "random"),
                 g("est_out_tcp", "random"),
                 g("est_in", "hot"),
                 g("est_in", "random"),
@@ -648,6 +650,9 @@ The setup floor is measured on new flows only: the XDP forwarder plus a read and
                 ns(c["fill_ns_per_flow"]["udp"].as_f64().unwrap_or(f64::NAN)),
                 ns(c["fill_ns_per_flow"]["tcp"].as_f64().unwrap_or(f64::NAN))
             );
+        }
+        if cost.iter().any(|c| c["ns"]["est_out_nofc"]["hot"].is_number()) {
+            let _ = writeln!(m, "\n\"FIB cache off\": the same packets with natrix's FIB cache switched off for the case (`nx_config.fibc_max_age` = 0), so natrix asks `bpf_fib_lookup` on every packet as the forwarder does; the difference to the forwarder is then natrix's own work.");
         }
         if cost.iter().any(|c| c["ns"]["fwd_mem"]["random"].is_number()) {
             let _ = writeln!(m, "\n### Random flows against the memory floor (ns, BPF_PROG_TEST_RUN)\n");
