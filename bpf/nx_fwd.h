@@ -59,7 +59,7 @@ static __noinline int nx_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *f
 	struct nx_config *cfg = nx_config();
 	__u32 dst = fib->ipv4_dst, src = fib->ipv4_src, iif = fib->ifindex, zero = 0;
 	__u32 gen = 0, now = 0, idx;
-	__u64 *g;
+	struct nx_fibc_gen *g;
 	__u16 len = fib->tot_len;
 	__u8 tos = fib->tos, proto = fib->l4_protocol;
 	struct nx_fibc_ent *e = 0;
@@ -68,10 +68,15 @@ static __noinline int nx_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *f
 	if (cfg && cfg->fibc_max_age) {
 		g = bpf_map_lookup_elem(&nx_fibc_gen, &zero);
 		if (g) {
-			gen = (__u32) * (volatile __u64 *)g;
-			if (gen & NX_FIBC_BY_DST) {
+			gen = (__u32) * (volatile __u64 *)&g->word;
+			/* destination alone only while the watcher lives to say otherwise */
+			if ((gen & NX_FIBC_BY_DST) &&
+			    nx_now_tick(cfg) - (__u32) * (volatile __u64 *)&g->alive <=
+				NX_FIBC_ALIVE) {
 				src = 0;
 				proto = 0;
+			} else {
+				gen &= ~NX_FIBC_BY_DST;
 			}
 			idx = nx_fibc_slot(dst, src, iif, cfg->fibc_mask);
 			e = bpf_map_lookup_elem(&nx_fibc, &idx);

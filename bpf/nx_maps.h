@@ -191,13 +191,13 @@ struct {
 	__type(value, struct nx_fibc_ent);
 } nx_fibc SEC(".maps");
 
-/* Its generation word (NX_FIBC_*, the low 32 bits of the value): the daemon changes it
- * through mmap when the routing changes (src/fibwatch.rs). */
+/* Its generation word and the watcher's sign of life (struct nx_fibc_gen): the daemon
+ * writes both through mmap (src/fibwatch.rs). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct nx_fibc_gen);
 	__uint(map_flags, BPF_F_MMAPABLE);
 } nx_fibc_gen SEC(".maps");
 
@@ -218,6 +218,12 @@ static __always_inline struct nx_config *nx_config(void)
 	__u32 zero = 0;
 
 	return bpf_map_lookup_elem(&nx_cfg, &zero);
+}
+
+/* Now, in ticks (see NX_TICK_SHIFT): one load of jiffies, a multiply and an add. */
+static __always_inline __u32 nx_now_tick(struct nx_config *cfg)
+{
+	return (__u32)((bpf_jiffies64() * cfg->clk_mult) >> 32) + cfg->clk_off;
 }
 
 /* Whether addr (network order) is a pool address; its pool index in *idx if so. */

@@ -33,12 +33,6 @@ enum nx_dir {
 	NX_DIR_IN = 1,
 };
 
-/* Now, in ticks (see NX_TICK_SHIFT): one load of jiffies, a multiply and an add. */
-static __always_inline __u32 nx_now_tick(struct nx_config *cfg)
-{
-	return (__u32)((bpf_jiffies64() * cfg->clk_mult) >> 32) + cfg->clk_off;
-}
-
 /* TCP state machine (RFC 6146 3.5.2, RFC 7857 2.1): SYNs from both sides establish,
  * whatever their order (simultaneous open included); FINs from both sides close; RST
  * moves to the transitory timeout instead of deleting. */

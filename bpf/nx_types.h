@@ -135,13 +135,23 @@ struct nx_fibc_ent {
 };
 nx_static_assert(sizeof(struct nx_fibc_ent) == 64, "nx_fibc_ent: one cache line");
 
-/* The word of map nx_fibc_gen (written by the daemon): bits 31..1 change whenever it sees
- * the routing change (routes, policy rules, neighbours, links, addresses), which makes
- * every cached answer stale at once; bit 0 says that the routing answers on the
- * destination alone (no policy rules but the three defaults, no multipath route), so the
- * cache leaves source and protocol out of its key. */
+/* The single entry of map nx_fibc_gen, written by the daemon's watcher (src/fibwatch.rs).
+ * word, bits 31..1: change whenever it sees the routing change (routes, policy rules,
+ * neighbours, links, addresses), which makes every cached answer stale at once; bit 0
+ * (NX_FIBC_BY_DST): the routing answers on the destination alone (no policy rules but the
+ * three defaults, no multipath route), so the cache leaves source and protocol out of its
+ * key. That bit is only trusted while the watcher is alive: within NX_FIBC_ALIVE ticks of
+ * its last sign of life, which it gives every 200 ms. A daemon that crashed cannot say that
+ * a policy rule appeared; the age bound alone would not help there, as each refill would
+ * serve every source for fib_cache.max_age again. */
+struct nx_fibc_gen {
+	__u64 word;
+	__u64 alive; /* tick (NX_TICK_SHIFT) of the watcher's last sign of life */
+};
+
 #define NX_FIBC_BY_DST 1u
 #define NX_FIBC_GEN_STEP 2u
+#define NX_FIBC_ALIVE 64 /* ticks, ~1.07 s */
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port

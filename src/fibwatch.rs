@@ -18,8 +18,11 @@
 //! checked from full dumps at start, then again at most once a second after a route, rule
 //! or nexthop message; until a check says otherwise the bit is off (the safe key).
 //!
-//! Without a daemon the word stays as it is and fib_cache.max_age bounds how long an
-//! answer lives; on a clean stop the bit is turned off first.
+//! The thread also writes a sign of life (the tick, every 200 ms at most): the data plane
+//! trusts NX_FIBC_BY_DST only within NX_FIBC_ALIVE ticks (~1 s) of it, since a daemon
+//! that crashed cannot report a policy rule added after it. Without a daemon the
+//! generation stays as it is and fib_cache.max_age bounds how long an answer lives; on a
+//! clean stop the bit is turned off first.
 
 use std::collections::HashMap;
 use std::io;
@@ -33,7 +36,8 @@ use tracing::{debug, warn};
 
 use crate::tables::MmapWords;
 
-/// NX_FIBC_BY_DST and NX_FIBC_GEN_STEP of bpf/nx_types.h.
+/// NX_FIBC_BY_DST and NX_FIBC_GEN_STEP of bpf/nx_types.h; the word is the first u64 of
+/// struct nx_fibc_gen, the sign of life the second.
 pub const BY_DST: u64 = 1;
 pub const GEN_STEP: u64 = 2;
 
@@ -310,6 +314,10 @@ struct Watch {
 }
 
 impl Watch {
+    fn alive(&self) {
+        self.gen.words()[1].store(crate::tables::now_tick() as u64, Ordering::Release);
+    }
+
     fn publish(&self) {
         let w = &self.gen.words()[0];
         let next = next_word(w.load(Ordering::Acquire), self.by_dst);
@@ -367,6 +375,7 @@ impl Watch {
     fn run(mut self, stop: Arc<AtomicBool>) {
         let mut buf = vec![0u8; 1 << 16];
         while !stop.load(Ordering::Relaxed) {
+            self.alive();
             let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             let wait = match self.recheck {
                 Some(t) => t.saturating_duration_since(Instant::now()).as_millis().min(200) as i32,
@@ -399,14 +408,28 @@ impl Watch {
     }
 }
 
-/// Publishes one generation with the routing policy checked, and no watcher: for data
-/// planes whose routing does not change while they run (`natrix bench cost`). Returns
-/// whether the cache keys on the destination alone.
-pub fn publish_checked(gen: &MmapWords) -> io::Result<bool> {
-    let by_dst = routing_by_dst()?;
-    let w = &gen.words()[0];
-    w.store(next_word(w.load(Ordering::Acquire), by_dst), Ordering::Release);
-    Ok(by_dst)
+/// A watcher that stops (and is joined) when dropped: for data planes without a daemon
+/// (`natrix bench cost`).
+pub struct Guard {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Guard {
+    pub fn start(gen: MmapWords) -> io::Result<Guard> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = Some(spawn(gen, Arc::clone(&stop))?);
+        Ok(Guard { stop, thread })
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Starts the watcher on the data plane's generation word (map nx_fibc_gen). The first
@@ -416,6 +439,7 @@ pub fn spawn(gen: MmapWords, stop: Arc<AtomicBool>) -> io::Result<JoinHandle<()>
     let sock = nl_socket(GROUPS)?;
     let mut w = Watch { sock, gen, neigh: HashMap::new(), by_dst: false, recheck: None };
     w.check_routing();
+    w.alive();
     w.publish();
     std::thread::Builder::new().name("natrix-fibwatch".into()).spawn(move || w.run(stop))
 }

@@ -3213,3 +3213,34 @@ fn fib_cache_off_asks_every_time() {
         assert_eq!(fib_lookups(env, &before), 4, "expected one lookup per packet with no cache");
     });
 }
+
+/// The destination-only key is trusted only while the watcher gives signs of life: a
+/// daemon that crashed cannot report a policy rule added after it, so with the last sign
+/// more than a second old the source is part of the key again.
+#[test]
+fn fib_cache_trusts_the_destination_key_only_while_the_watcher_lives() {
+    with_env(&fib_cache_cfg(), |env| {
+        let g = env.wait_fib_gen(0, Some(true), "the watcher's first word");
+        xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "subscriber 1");
+        let before = env.stats();
+        xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "subscriber 2");
+        assert_eq!(fib_lookups(env, &before), 0, "expected the destination-only key while the watcher lives");
+
+        // as a crashed daemon leaves it: the bit set, the last sign of life 3 s old
+        env.stop_fibwatch();
+        let w = env.fib_gen_words();
+        w.words()[0].store(natrix::fibwatch::next_word(g, true), std::sync::atomic::Ordering::Release);
+        let now = natrix::tables::now_tick() as u64;
+        w.words()[1].store(now - 180, std::sync::atomic::Ordering::Release);
+        let before = env.stats();
+        xlate_out(env, &Pkt::udp(sub(1), 40001, SERVER, 53), None, "subscriber 1, no sign of life");
+        xlate_out(env, &Pkt::udp(sub(2), 40001, SERVER, 53), None, "subscriber 2, no sign of life");
+        assert_eq!(fib_lookups(env, &before), 2, "expected the source in the key without a sign of life");
+
+        w.words()[1].store(natrix::tables::now_tick() as u64, std::sync::atomic::Ordering::Release);
+        let before = env.stats();
+        xlate_out(env, &Pkt::udp(sub(1), 40002, SERVER, 53), None, "subscriber 1, alive again");
+        xlate_out(env, &Pkt::udp(sub(3), 40002, SERVER, 53), None, "subscriber 3, alive again");
+        assert_eq!(fib_lookups(env, &before), 1, "expected the destination-only key once alive again");
+    });
+}

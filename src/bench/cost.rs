@@ -185,6 +185,8 @@ struct Inst {
     fill_ns: (f64, f64),
     mem_delta_kib: u64,
     sess_health: crate::tables::TabHealth,
+    /// keeps the FIB cache's generation and sign of life current while the instance lives
+    _fibwatch: crate::fibwatch::Guard,
 }
 
 fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
@@ -198,13 +200,12 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     let dp = Dataplane::load(&cfg, Persistence::Private)?;
     let ifaces = dataplane::resolve_interfaces(&cfg)?;
     dp.configure(&cfg, &ifaces)?;
-    // the FIB cache keyed as the daemon's watcher would key it in this namespace
+    // the FIB cache's watcher, as the daemon runs it (this process has no daemon)
     let gen = crate::tables::MmapWords::new(
         &libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_fibc_gen)?,
         "nx_fibc_gen",
     )?;
-    let by_dst = crate::fibwatch::publish_checked(&gen)?;
-    info!(by_dst, "cost: FIB cache generation published");
+    let fibwatch = crate::fibwatch::Guard::start(gen)?;
     let load_secs = t_load.elapsed().as_secs_f64();
     let t = &dp.tables;
     let inside_fd = dp.skel.progs.nx_xdp_inside.as_fd().as_raw_fd();
@@ -343,6 +344,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
         fill_ns: (udp_fill.ns, tcp_fill.ns),
         mem_delta_kib,
         sess_health,
+        _fibwatch: fibwatch,
     })
 }
 

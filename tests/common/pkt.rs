@@ -393,7 +393,7 @@ impl Env {
 
     // ---- the FIB cache ----
 
-    fn fib_gen_words(&self) -> natrix::tables::MmapWords {
+    pub fn fib_gen_words(&self) -> natrix::tables::MmapWords {
         let h = MapHandle::try_from(&self.dp.skel.maps.nx_fibc_gen).expect("expected nx_fibc_gen");
         natrix::tables::MmapWords::new(&h, "nx_fibc_gen").expect("expected nx_fibc_gen to mmap")
     }
