@@ -839,6 +839,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fib_cache_age_in_jiffies_rounds_up_and_is_zero_when_off() {
+        let with = |entries: &str, age: &str| {
+            crate::config::Config::from_toml_str(&format!(
+                "[interfaces]\ninside = [\"a\"]\noutside = [\"b\"]\n[pool]\naddresses = [\"203.0.113.1\"]\n\
+                 [fib_cache]\nentries = {entries}\nmax_age = \"{age}\"\n"
+            ))
+            .expect("config")
+        };
+        assert_eq!(fibc_max_age_jiffies(&with("4096", "50ms"), 250), 13); // 12.5 rounded up
+        assert_eq!(fibc_max_age_jiffies(&with("4096", "50ms"), 1000), 50);
+        assert_eq!(fibc_max_age_jiffies(&with("4096", "1ms"), 100), 1); // never 0 while on
+        assert_eq!(fibc_max_age_jiffies(&with("4096", "10s"), 300), 3000);
+        assert_eq!(fibc_max_age_jiffies(&with("0", "50ms"), 250), 0);
+    }
+
+    #[test]
     fn only_x86_64_loads_the_data_plane() {
         assert!(check_arch("x86_64").is_ok());
         for arch in ["aarch64", "riscv64", "powerpc64"] {
