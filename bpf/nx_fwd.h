@@ -59,6 +59,7 @@ static __noinline int nx_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *f
 	struct nx_config *cfg = nx_config();
 	__u32 dst = fib->ipv4_dst, src = fib->ipv4_src, iif = fib->ifindex, zero = 0;
 	__u32 gen = 0, now = 0, idx;
+	__u64 jiffies = 0;
 	struct nx_fibc_gen *g;
 	__u16 len = fib->tot_len;
 	__u8 tos = fib->tos, proto = fib->l4_protocol;
@@ -68,10 +69,12 @@ static __noinline int nx_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *f
 	if (cfg && cfg->fibc_max_age) {
 		g = bpf_map_lookup_elem(&nx_fibc_gen, &zero);
 		if (g) {
+			jiffies = bpf_jiffies64(); /* once: the sign of life and the age */
+			now = (__u32)jiffies;
 			gen = (__u32) * (volatile __u64 *)&g->word;
 			/* destination alone only while the watcher lives to say otherwise */
 			if ((gen & NX_FIBC_BY_DST) &&
-			    nx_now_tick(cfg) - (__u32) * (volatile __u64 *)&g->alive <=
+			    nx_tick_of(cfg, jiffies) - (__u32) * (volatile __u64 *)&g->alive <=
 				NX_FIBC_ALIVE) {
 				src = 0;
 				proto = 0;
@@ -83,7 +86,6 @@ static __noinline int nx_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *f
 		}
 	}
 	if (e) {
-		now = (__u32)bpf_jiffies64();
 		fresh = e->dst == dst && e->src == src && e->iif == iif && e->tos == tos &&
 			e->proto == proto && e->gen == gen && now - e->born < cfg->fibc_max_age;
 		if (fresh && len <= e->ok_len) {

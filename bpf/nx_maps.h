@@ -220,10 +220,16 @@ static __always_inline struct nx_config *nx_config(void)
 	return bpf_map_lookup_elem(&nx_cfg, &zero);
 }
 
-/* Now, in ticks (see NX_TICK_SHIFT): one load of jiffies, a multiply and an add. */
+/* jiffies in ticks (see NX_TICK_SHIFT): a multiply and an add. */
+static __always_inline __u32 nx_tick_of(struct nx_config *cfg, __u64 jiffies)
+{
+	return (__u32)((jiffies * cfg->clk_mult) >> 32) + cfg->clk_off;
+}
+
+/* Now, in ticks: one load of jiffies, a multiply and an add. */
 static __always_inline __u32 nx_now_tick(struct nx_config *cfg)
 {
-	return (__u32)((bpf_jiffies64() * cfg->clk_mult) >> 32) + cfg->clk_off;
+	return nx_tick_of(cfg, bpf_jiffies64());
 }
 
 /* Whether addr (network order) is a pool address; its pool index in *idx if so. */

@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(next_word(0xffff_ffff, false), 0);
     }
 
-    fn neigh_msg(ty: u16, ifindex: i32, state: u16, dst: [u8; 4], ll: Option<[u8; 6]>) -> Vec<u8> {
+    fn neigh_msg(ifindex: i32, state: u16, dst: [u8; 4], ll: Option<[u8; 6]>) -> Vec<u8> {
         let mut b = vec![AF_INET, 0, 0, 0];
         b.extend(ifindex.to_ne_bytes());
         b.extend(state.to_ne_bytes());
@@ -471,7 +471,6 @@ mod tests {
             b.extend(ll);
             b.extend([0u8, 0]);
         }
-        let _ = ty;
         b
     }
 
@@ -482,7 +481,7 @@ mod tests {
         let b = [0x02, 0, 0, 0, 0, 2];
         let ip = [198, 51, 100, 2];
         let mut c = |ty, state, ll| {
-            let body = neigh_msg(ty, 3, state, ip, ll);
+            let body = neigh_msg(3, state, ip, ll);
             classify(&Msg { ty, body: &body }, &mut n)
         };
         // first sight of a valid neighbour: might differ from what is cached
@@ -495,7 +494,7 @@ mod tests {
         assert_eq!(c(RTM_NEWNEIGH, 0x20, Some(b)), Change::Answers);
         assert_eq!(c(RTM_DELNEIGH, 0x20, None), Change::None);
         // incomplete first: nothing cached could have used it
-        let body = neigh_msg(RTM_NEWNEIGH, 3, 0x01, [198, 51, 100, 9], None);
+        let body = neigh_msg(3, 0x01, [198, 51, 100, 9], None);
         assert_eq!(classify(&Msg { ty: RTM_NEWNEIGH, body: &body }, &mut n), Change::None);
     }
 

@@ -19,8 +19,8 @@ use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 use etherparse::{Icmpv4Type, IpHeaders, IpNumber, Ipv4Dscp, Ipv4Header, PacketBuilder, TcpHeader};
 use libbpf_rs::{MapHandle, ProgramInput};
@@ -326,14 +326,8 @@ pub struct Env {
     pub out_ifindex: u32,
     sweeper: RefCell<Option<Sweeper>>,
     /// The FIB cache's watcher, as the daemon runs it (src/fibwatch.rs), while the cache
-    /// is on: its stop flag and thread.
-    fibwatch: RefCell<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.stop_fibwatch();
-    }
+    /// is on; stopped when dropped.
+    fibwatch: RefCell<Option<natrix::fibwatch::Guard>>,
 }
 
 /// Creates a namespace, loads and configures a private data plane in it from `cfg`, and
@@ -382,11 +376,10 @@ impl Env {
             fibwatch: RefCell::new(None),
         };
         if env.cfg.fib_cache.entries > 0 {
-            let stop = Arc::new(AtomicBool::new(false));
             // started on this thread, in the test namespace: its sockets are that namespace's
-            let t = natrix::fibwatch::spawn(env.fib_gen_words(), Arc::clone(&stop))
+            let g = natrix::fibwatch::Guard::start(env.fib_gen_words())
                 .expect("expected the FIB cache watcher to start");
-            *env.fibwatch.borrow_mut() = Some((stop, t));
+            *env.fibwatch.borrow_mut() = Some(g);
         }
         env
     }
@@ -424,10 +417,7 @@ impl Env {
     /// Stops the watcher, as when no daemon runs (the last word it publishes keys the cache
     /// on the source too).
     pub fn stop_fibwatch(&self) {
-        if let Some((stop, t)) = self.fibwatch.borrow_mut().take() {
-            stop.store(true, Ordering::Relaxed);
-            let _ = t.join();
-        }
+        drop(self.fibwatch.borrow_mut().take());
     }
 
     fn prog(&self, side: Side) -> &libbpf_rs::ProgramMut<'static> {
