@@ -36,6 +36,78 @@ static __always_inline __u64 nx_port_word(__u32 in_ip, __u16 in_port_h)
 #define NX_PORT_WORD_IP(w) ((__u32)((w) >> 16))
 #define NX_PORT_WORD_PORT(w) ((__u16)(w))
 
+/* ---- the subscriber's home block ----
+ * Every subscriber has one block it takes first whenever that block is free, a function
+ * of its address alone: consecutive subscriber addresses go to consecutive pool addresses,
+ * then to the next block of each, so any n_addrs * blocks_per_addr consecutive subscribers
+ * have distinct home blocks. Inside the home block, the first port an inside endpoint
+ * tries is given by a keyed hash of the endpoint (RFC 6056 algorithm 3; the key is the
+ * tables' secret seed), the step after it is random as in any block.
+ * So the packet alone says which port word a new connection will most likely claim, and
+ * nx_alloc_prefetch starts fetching it while the session lookup misses: no read of the
+ * subscriber's state stands between the packet and that word (docs/PERFORMANCE.md, R25).
+ * Nothing depends on it for correctness: a home block another subscriber holds is passed
+ * over, and a subscriber holding other blocks uses them as before. */
+#define NX_HOME_KEY 0x6e78686f6d65ULL /* "nxhome": keeps this hash apart from the tables' */
+#define NX_NO_HINT 0xffffffffu	      /* next_port: nothing worth fetching early */
+
+static __always_inline __s64 nx_home_block(struct nx_config *cfg, __u32 sip)
+{
+	__u32 n = cfg->n_addrs, bpa = cfg->blocks_per_addr, i;
+
+	if (!n || !bpa)
+		return -1;
+	i = bpf_ntohl(sip) % (n * bpa);
+	return (__s64)(i % n) * bpa + i / n;
+}
+
+/* The first candidate of inside endpoint (sip, pp) in its home block, as an offset from
+ * the block's first port: an even pair 0 .. half-1 plus the parity offset par. */
+static __always_inline __u32 nx_home_pair(struct nx_config *cfg, __u32 sip, __u32 pp, __u32 half)
+{
+	return (__u32)(nx_tab_hash((__u64)sip << 32 | pp, NX_HOME_KEY, cfg->tab_seed) % half);
+}
+
+/* Take subscriber sip's home block, one port reserved, if it is free and (unless addr is
+ * NX_ANY_ADDR) on pool address addr. Returns its global block id, or -1. Global, scalar
+ * arguments: verified once, not once per path through the allocator. */
+#define NX_ANY_ADDR 0xffffffffu
+__noinline long nx_home_take(__u32 sip, __u32 addr)
+{
+	struct nx_config *cfg = nx_config();
+	__s64 home;
+	__u32 gid;
+	__u64 *w;
+
+	if (!cfg)
+		return -1;
+	home = nx_home_block(cfg, sip);
+	if (home < 0)
+		return -1;
+	gid = (__u32)home;
+	if (addr != NX_ANY_ADDR && gid / cfg->blocks_per_addr != addr)
+		return -1;
+	w = bpf_map_lookup_elem(&nx_blocks, &gid);
+	if (!w || *(volatile __u64 *)w != 0 ||
+	    __sync_val_compare_and_swap(w, 0, NX_BLOCK_USED_ONE | sip) != 0)
+		return -1;
+	nx_count(NX_STAT_BLOCK_ALLOC);
+	nx_count(NX_STAT_HOME_BLOCK);
+	return gid;
+}
+
+/* The pair inside endpoint (sip, pp) tries first in block gid if gid is sip's home block,
+ * else -1. Global, scalar arguments: its hash stays out of the claim's stack frame, which
+ * sits in the allocator's deepest call chain (512 bytes in all). */
+__noinline long nx_home_start(__u32 sip, __u32 pp, __u32 gid)
+{
+	struct nx_config *cfg = nx_config();
+
+	if (!cfg || cfg->block_size < 2 || nx_home_block(cfg, sip) != gid)
+		return -1;
+	return nx_home_pair(cfg, sip, pp, cfg->block_size / 2);
+}
+
 /* ---- claiming one port inside one block ---- */
 struct nx_pscan {
 	__u32 base;   /* nx_ports index of the block's first port */
@@ -102,8 +174,9 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 	__u32 bpa = cfg->blocks_per_addr;
 	__u32 bs = cfg->block_size;
 	__u32 pidx = pp >> 16, in_port_h = pp & 0xffff;
-	__u32 addr_idx, first, hint;
+	__u32 addr_idx, first, hint, away;
 	struct nx_pscan s;
+	long hp;
 
 	if (!bpa || bs < 2 || pidx >= NX_NPROTO)
 		return -1;
@@ -111,11 +184,17 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 	first = cfg->port_lo + (gid - addr_idx * bpa) * bs;
 	s.base = nx_port_index(addr_idx, pidx, first);
 	nx_pscan_init(&s, bs / 2);
-	/* Start at the pair the previous claim drew at random for this one: its port word was
-	 * fetched early (nx_alloc_prefetch). The step stays this claim's own random one. */
+	/* Start where nx_alloc_prefetch fetched early: in the home block at the endpoint's
+	 * hashed pair, elsewhere at the pair the previous claim drew at random for this one.
+	 * The step stays this claim's own random one. Whether gid is the home block is kept
+	 * as arithmetic (away = 0 or 1), not a branch: a branch here doubles every path the
+	 * verifier walks after each of the allocator's claims. */
+	hp = nx_home_start(NX_PORT_WORD_IP(word), pp, gid);
+	away = (__u32)((__u64)hp >> 63);
 	hint = sub->next_port[pidx] - s.base;
 	if (hint / 2 < s.half)
 		s.start = hint / 2;
+	s.start = (s.start & -away) | ((__u32)hp & (away - 1));
 	s.word = word;
 	s.found = -1;
 	/* parity of the offset that gives an outside port of the inside port's parity */
@@ -129,8 +208,10 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 	}
 	if (s.found < 0)
 		return -1;
-	/* the next claim's first candidate, unpredictable like any other (RFC 6056) */
-	sub->next_port[pidx] = s.base + 2 * (bpf_get_prandom_u32() % s.half);
+	/* the next claim's first candidate, unpredictable like any other (RFC 6056); none in
+	 * the home block, whose candidate the packet gives */
+	sub->next_port[pidx] =
+	    ((s.base + 2 * (bpf_get_prandom_u32() % s.half)) & -away) | (NX_NO_HINT & (away - 1));
 	if (sub->cur_block != gid + 1)
 		sub->cur_block = gid + 1;
 	return first + s.found;
@@ -352,7 +433,10 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	if (c.free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 
-	gid = nx_block_claim(cfg, addr, sip);
+	/* the home block if it is on this address and free, else any free one there */
+	gid = nx_home_take(sip, addr);
+	if (gid < 0)
+		gid = nx_block_claim(cfg, addr, sip);
 	if (gid < 0)
 		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
 	if (__sync_val_compare_and_swap(&sub->blocks[c.free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
@@ -392,6 +476,13 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 		*reason = NX_DROP_POOL_EXHAUSTED;
 		return 0;
 	}
+	/* its home block when free; a subscriber whose home another holds goes where the
+	 * daemon designated */
+	gid = nx_home_take(sip, NX_ANY_ADDR);
+	if (gid >= 0) {
+		a = (__u32)gid / cfg->blocks_per_addr;
+		goto claimed;
+	}
 #pragma unroll
 	for (__u32 t = 0; t < 4; t++) {
 		/* First the address the daemon designated; if a burst of new subscribers filled
@@ -406,6 +497,7 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 		*reason = NX_DROP_POOL_EXHAUSTED;
 		return 0;
 	}
+claimed:
 	/* The block is recorded with its reservation dropped: the first port is claimed
 	 * through the normal path, which reserves again. */
 	nx_block_unreserve(gid);
@@ -590,14 +682,30 @@ __noinline long nx_sub_pool_addr(__u32 sip)
  * with the mapping lookup; by the time nx_alloc needs them they are (nearly) in the cache,
  * where otherwise they would be two more misses in a row (docs/PERFORMANCE.md, R18-R19).
  * No effect on state; a stale hint only makes the load useless. */
-static __always_inline void nx_alloc_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx)
+static __always_inline void nx_alloc_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
+					      __u16 in_port_h)
 {
+	__u32 idx, first, bs = cfg->block_size;
 	struct nx_sub *sub;
-	__u32 idx;
+	__s64 home;
 	__u64 *w, v;
 
 	if (pidx >= NX_NPROTO)
 		return;
+	/* the home block's candidate: its address is the packet's alone, so this load is
+	 * issued at once, beside the session line's */
+	home = nx_home_block(cfg, sip);
+	if (home >= 0 && bs >= 2) {
+		first = cfg->port_lo + ((__u32)home % cfg->blocks_per_addr) * bs;
+		idx = nx_port_index((__u32)home / cfg->blocks_per_addr, pidx, first) +
+		      2 * nx_home_pair(cfg, sip, NX_PP(pidx, in_port_h), bs / 2) +
+		      ((in_port_h ^ first) & 1);
+		w = bpf_map_lookup_elem(&nx_ports, &idx);
+		if (w) {
+			v = *(volatile __u64 *)w;
+			asm volatile("" ::"r"(v));
+		}
+	}
 	sub = nx_sub_home_entry(cfg, sip);
 	if (!sub || *(volatile __u64 *)&sub->key != NX_SUB_KEY(NX_SUB_LIVE, sip))
 		return;

@@ -170,7 +170,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	}
 	/* a connection may be opening: start fetching what the allocator will read */
 	if (!s && nx_may_create(p))
-		nx_alloc_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto));
+		nx_alloc_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;

@@ -436,6 +436,7 @@ enum nx_stat {
 	NX_STAT_FRAG_IN,	 /* fragments translated outside -> inside */
 	NX_STAT_FRAG_HELD,	 /* arrived before their first fragment: handed to the daemon */
 	NX_STAT_FIB_LOOKUP,	 /* asked the kernel's FIB (not answered by the FIB cache) */
+	NX_STAT_HOME_BLOCK,	 /* a block taken was the subscriber's home block (nx_alloc.h) */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */

@@ -220,6 +220,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_STAT_FRAG_IN, "fragments_in"),
     (nx_stat::NX_STAT_FRAG_HELD, "fragments_held"),
     (nx_stat::NX_STAT_FIB_LOOKUP, "fib_lookups"),
+    (nx_stat::NX_STAT_HOME_BLOCK, "home_blocks"),
     (nx_stat::NX_DROP_MALFORMED_ETH, "malformed_eth"),
     (nx_stat::NX_DROP_MALFORMED_IP, "malformed_ip"),
     (nx_stat::NX_DROP_MALFORMED_L4, "malformed_l4"),

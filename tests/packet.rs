@@ -99,6 +99,35 @@ fn port_state(w: u64) -> u64 {
     w >> 62
 }
 
+/// The home block of subscriber `ip` (bpf/nx_alloc.h, nx_home_block), worked out here
+/// from the configuration: any n_addrs * blocks_per_addr consecutive subscribers have
+/// distinct ones, spread over the pool addresses first.
+fn home_block(env: &Env, ip: Ipv4Addr) -> u32 {
+    let (n, bpa) = (env.cfg.pool.addresses.len() as u32, env.cfg.block_count_per_addr());
+    let i = u32::from(ip) % (n * bpa);
+    (i % n) * bpa + i / n
+}
+
+/// Another subscriber address with the same home block as `ip` (k-th one up).
+fn home_twin(env: &Env, ip: Ipv4Addr, k: u32) -> Ipv4Addr {
+    let (n, bpa) = (env.cfg.pool.addresses.len() as u32, env.cfg.block_count_per_addr());
+    Ipv4Addr::from(u32::from(ip) + k * n * bpa)
+}
+
+/// The outside port inside endpoint (ip, port) tries first in its home block: a keyed hash
+/// of the endpoint (RFC 6056 algorithm 3; key: the tables' seed) picks the pair, the
+/// inside port's parity the port of the pair.
+fn home_candidate(env: &Env, ip: Ipv4Addr, proto: u8, port: u16) -> u16 {
+    let seed = env.dp.tables.config().expect("config").tab_seed;
+    let (lo, bs, bpa) =
+        (env.cfg.pool.port_lo as u32, env.cfg.nat.block_size as u32, env.cfg.block_count_per_addr());
+    let first = lo + (home_block(env, ip) % bpa) * bs;
+    let pp = (natrix::tables::proto_idx(proto) as u64) << 16 | port as u64;
+    let k0 = (ip_be(ip) as u64) << 32 | pp;
+    let pair = (natrix::tables::tab_hash(k0, 0x6e78_686f_6d65, seed) % (bs / 2) as u64) as u32;
+    (first + 2 * pair + ((port as u32 ^ first) & 1)) as u16
+}
+
 /// The allocation invariants over every live mapping:
 /// paired pooling (the outside address is the subscriber's), the outside port inside one of
 /// the subscriber's blocks, no outside (address, port, protocol) used twice, every port word
@@ -242,10 +271,16 @@ fn udp_out_and_reply_in_are_translated() {
                 ("sessions_created", 1),
                 ("subscribers_created", 1),
                 ("blocks_allocated", 1),
+                ("home_blocks", 1),
             ],
             "first UDP packet out",
         );
-        assert_eq!(o.0, POOL0, "expected the first subscriber on the first pool address (addr_hint 0)");
+        let home = home_block(env, sub(1));
+        let addr = home / env.cfg.block_count_per_addr();
+        assert_eq!(
+            o.0, env.cfg.pool.addresses[addr as usize],
+            "expected the first subscriber on its home block's pool address (#{addr})"
+        );
         let m = env.mapping(sub(1), 40000, UDP).expect("expected a UDP mapping for 100.64.0.2:40000");
         assert_eq!(
             (ip_from_be(m.out_ip), u16::from_be(m.out_port)),
@@ -647,20 +682,81 @@ fn ports_within_a_block_are_not_predictable() {
 }
 
 /// The early fetch of the allocator (nx_alloc_prefetch) only pays if the claim starts where
-/// it fetched: each claim draws at random the port pair the next claim of its protocol
-/// tries first, and keeps it in the subscriber's first line (next_port, an nx_ports index,
-/// inside the block the last port came from, cur_block). A free candidate is exactly what
-/// the next mapping gets, with the inside port's parity; a taken one is passed over.
+/// it fetched. In its home block, a subscriber's new mapping starts at the pair a keyed hash
+/// of the inside endpoint gives, which the packet alone determines: a free candidate is
+/// exactly what the mapping gets, with the inside port's parity; a taken one is passed over
+/// (each mapping holds its port, so a second endpoint hashing onto it moves on). No
+/// candidate is kept in the subscriber's line (next_port says none).
+#[test]
+fn home_block_claims_start_at_the_hashed_candidate() {
+    with_env(&cfg(), |env| {
+        let before = env.stats();
+        let mut hits = 0;
+        for n in 1..=6u8 {
+            let o = xlate_out(env, &Pkt::udp(sub(n), 30000, SERVER, 53), None, "a new subscriber");
+            let (home, bpa) = (home_block(env, sub(n)), env.cfg.block_count_per_addr());
+            let s = env.subscriber(sub(n)).expect("expected the subscriber entry");
+            assert_eq!(s.blocks[0], home + 1, "expected subscriber {n} to take its home block {home}");
+            assert_eq!(
+                env.pool_index(o.0),
+                home / bpa,
+                "expected subscriber {n} on its home block's address"
+            );
+            assert_eq!(
+                o.1,
+                home_candidate(env, sub(n), UDP, 30000),
+                "expected the hashed candidate of a fresh block"
+            );
+            assert_eq!(s.next_port[1], u32::MAX, "expected no drawn candidate kept in a home block");
+        }
+        env.assert_some_counters(
+            &before,
+            &[("home_blocks", 6), ("blocks_allocated", 6)],
+            "six new subscribers",
+        );
+        for i in 1..=60u16 {
+            let inp = 30000 + i;
+            let want = home_candidate(env, sub(1), UDP, inp);
+            let addr = home_block(env, sub(1)) / env.cfg.block_count_per_addr();
+            let free = env.port_word(addr, UDP, want) == PORT_FREE;
+            let o = xlate_out(env, &Pkt::udp(sub(1), inp, SERVER, 53), None, "UDP flow");
+            if free {
+                assert_eq!(o.1, want, "expected flow {i} on its hashed candidate {want}, it got {}", o.1);
+                hits += 1;
+            } else {
+                assert_ne!(o.1, want, "expected a taken candidate {want} passed over");
+            }
+        }
+        // 61 of 128 pairs: most candidates are free
+        assert!(hits >= 30, "expected most of 60 hashed candidates free, {hits} were");
+        let t = home_candidate(env, sub(1), TCP, 31000);
+        assert_eq!(xlate_out(env, &Pkt::tcp(sub(1), 31000, SERVER, 443, SYN), None, "TCP SYN").1, t);
+        check_allocation(env, "after 67 flows in home blocks");
+    });
+}
+
+/// Outside its home block (here: another subscriber holds it), each claim draws at random
+/// the port pair the next claim of its protocol tries first, and keeps it in the
+/// subscriber's first line (next_port, an nx_ports index, inside the block the last port
+/// came from, cur_block). A free candidate is exactly what the next mapping gets, with the
+/// inside port's parity; a taken one is passed over.
 #[test]
 fn next_claim_starts_at_the_drawn_candidate() {
-    with_env(&cfg(), |env| {
-        let o = xlate_out(env, &Pkt::udp(sub(1), 30000, SERVER, 53), None, "first flow");
+    // 4 addresses of 8 blocks: subscriber 100.64.0.34 has subscriber 1's home block
+    let c = cfg().set("pool", "addresses", "[\"203.0.113.16/30\"]").set("pool", "ports", "\"1024-3071\"");
+    with_env(&c, |env| {
+        xlate_out(env, &Pkt::udp(sub(1), 30000, SERVER, 53), None, "the home block's owner");
+        let twin = home_twin(env, sub(1), 1);
+        assert_eq!(twin, Ipv4Addr::new(100, 64, 0, 34), "expected 32 home blocks in all");
+        let o = xlate_out(env, &Pkt::udp(twin, 30000, SERVER, 53), None, "first flow");
         let addr = env.pool_index(o.0);
+        let s = env.subscriber(twin).expect("expected the subscriber entry");
+        assert_ne!(s.blocks[0], home_block(env, twin) + 1, "expected another block than the taken home");
         let (lo, bs, bpa) =
             (env.cfg.pool.port_lo as u32, env.cfg.nat.block_size as u32, env.cfg.block_count_per_addr());
         let mut hits = 0;
         for i in 0..40u16 {
-            let s = env.subscriber(sub(1)).expect("expected the subscriber entry");
+            let s = env.subscriber(twin).expect("expected the subscriber entry");
             let idx = s.next_port[1]; // UDP
             assert_eq!(
                 idx >> 16,
@@ -678,7 +774,7 @@ fn next_claim_starts_at_the_drawn_candidate() {
             let inp = 30001 + i;
             let want = (cand + ((inp as u32 ^ cand) & 1)) as u16;
             let free = env.port_word(addr, UDP, want) == PORT_FREE;
-            let o = xlate_out(env, &Pkt::udp(sub(1), inp, SERVER, 53), None, "UDP flow");
+            let o = xlate_out(env, &Pkt::udp(twin, inp, SERVER, 53), None, "UDP flow");
             if free {
                 assert_eq!(o.1, want, "expected flow {i} on the drawn candidate {want}, it got {}", o.1);
                 hits += 1;
@@ -689,9 +785,9 @@ fn next_claim_starts_at_the_drawn_candidate() {
         assert!(hits >= 10, "expected most of 40 candidates in a 256-port block free, {hits} were");
         check_allocation(env, "after 41 flows");
         // per protocol: a TCP claim draws a TCP candidate and leaves UDP's alone
-        let udp = env.subscriber(sub(1)).expect("subscriber").next_port[1];
-        xlate_out(env, &Pkt::tcp(sub(1), 31000, SERVER, 443, SYN), None, "TCP SYN");
-        let s = env.subscriber(sub(1)).expect("subscriber");
+        let udp = env.subscriber(twin).expect("subscriber").next_port[1];
+        xlate_out(env, &Pkt::tcp(twin, 31000, SERVER, 443, SYN), None, "TCP SYN");
+        let s = env.subscriber(twin).expect("subscriber");
         assert_eq!(s.next_port[0] >> 16, addr * 3, "expected a TCP candidate after a TCP claim");
         assert_eq!(s.next_port[1], udp, "expected the UDP candidate unchanged by a TCP claim");
     });
@@ -986,20 +1082,43 @@ fn scattered_pools_translate_on_every_address() {
     }
 }
 
-/// The daemon decides where new subscribers go (addr_hint): after a sweep, the next new
-/// subscriber lands on the pool address with the most free blocks.
+/// The daemon decides where a new subscriber whose home block another holds goes
+/// (addr_hint): after a sweep, it lands on the pool address with the most free blocks
+/// (the lowest such index on ties). 4 addresses of 2 blocks: 100.64.0.10, .18 and .26 share
+/// subscriber 1's home block.
 #[test]
 fn sweep_points_new_subscribers_at_the_freest_address() {
-    let c = cfg().set("nat", "block_size", "8");
+    let c = cfg()
+        .set("pool", "addresses", "[\"203.0.113.16/30\"]")
+        .set("pool", "ports", "\"1024-1039\"")
+        .set("nat", "block_size", "8");
     with_env(&c, |env| {
+        let bpa = env.cfg.block_count_per_addr();
         let o1 = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "subscriber 1");
-        env.sweep();
-        let o2 = xlate_out(env, &Pkt::udp(sub(2), 40000, SERVER, 53), None, "subscriber 2");
-        env.sweep();
-        let o3 = xlate_out(env, &Pkt::udp(sub(3), 40000, SERVER, 53), None, "subscriber 3");
-        let idx = [env.pool_index(o1.0), env.pool_index(o2.0), env.pool_index(o3.0)];
-        assert_eq!(idx, [0, 1, 2], "expected subscribers spread over pool addresses #0, #1, #2, got {idx:?}");
-        check_allocation(env, "three subscribers on three addresses");
+        let home = env.pool_index(o1.0);
+        assert_eq!(home, home_block(env, sub(1)) / bpa, "expected subscriber 1 at home");
+        let mut free = vec![bpa; 4];
+        free[home as usize] -= 1;
+        for k in 1..=3u32 {
+            env.sweep();
+            let twin = home_twin(env, sub(1), k);
+            assert_eq!(
+                home_block(env, twin),
+                home_block(env, sub(1)),
+                "expected {twin} to share the home block"
+            );
+            let o =
+                xlate_out(env, &Pkt::udp(twin, 40000, SERVER, 53), None, "a subscriber whose home is taken");
+            let best = (0..4).max_by_key(|&a| (free[a], std::cmp::Reverse(a))).unwrap();
+            assert_eq!(
+                env.pool_index(o.0) as usize,
+                best,
+                "expected {twin} on the freest address #{best} (free blocks {free:?}), got {}",
+                o.0
+            );
+            free[best] -= 1;
+        }
+        check_allocation(env, "four subscribers, one at home, three where the daemon said");
     });
 }
 
