@@ -10,7 +10,8 @@
 //!    compare-and-swap on the mmapped port and block arrays, as the fast path claims them;
 //! 4. forgets subscribers that hold no block any more;
 //! 5. points `addr_hint` at the pool address with the most free blocks, which is where the
-//!    next new subscriber goes (the "which block" decision stays on the CPU side).
+//!    next new subscriber goes when its home block (bpf/nx_alloc.h) is taken (the "which
+//!    block" decision for those stays on the CPU side).
 
 use std::sync::atomic::Ordering;
 
@@ -189,7 +190,7 @@ impl Sweeper {
             r.subscribers_removed += a.deleted;
         }
 
-        // 5. where the next subscriber goes
+        // 5. where the next subscriber whose home block is taken goes
         if bpa > 0 && cfg.n_addrs > 0 {
             let best = (0..cfg.n_addrs as u32)
                 .max_by_key(|&a| {
