@@ -677,11 +677,13 @@ __noinline long nx_sub_pool_addr(__u32 sip)
 }
 
 /* Called as soon as the session lookup of an outbound packet that may open a connection
- * misses: plain loads of the subscriber's hot line and of the port word its next claim
- * tries first, whose values nothing waits for. The CPU issues both misses now and goes on
- * with the mapping lookup; by the time nx_alloc needs them they are (nearly) in the cache,
- * where otherwise they would be two more misses in a row (docs/PERFORMANCE.md, R18-R19).
- * No effect on state; a stale hint only makes the load useless. */
+ * misses: plain loads, whose values nothing waits for, of the port word the packet's inside
+ * endpoint tries first in the subscriber's home block, of the subscriber's hot line, and of
+ * the port word the candidate kept there names (a claim outside the home block). The CPU
+ * issues the misses now and goes on with the mapping lookup; by the time nx_alloc needs
+ * them they are (nearly) in the cache, where otherwise they would be misses in a row
+ * (docs/PERFORMANCE.md, R18, R19, R25). No effect on state; a home block another holds, or
+ * a stale hint, only makes a load useless. */
 static __always_inline void nx_alloc_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
 					      __u16 in_port_h)
 {
