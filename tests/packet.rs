@@ -108,6 +108,20 @@ fn home_block(env: &Env, ip: Ipv4Addr) -> u32 {
     (i % n) * bpa + i / n
 }
 
+/// Sends a new UDP flow from (ip, inp) and checks it against `want`, the outside port the
+/// allocator must try first (on pool address #addr): taken if it was free, passed over if
+/// not. Returns whether it was free.
+fn expect_candidate(env: &Env, ip: Ipv4Addr, inp: u16, addr: u32, want: u16, what: &str) -> bool {
+    let free = env.port_word(addr, UDP, want) == PORT_FREE;
+    let o = xlate_out(env, &Pkt::udp(ip, inp, SERVER, 53), None, what);
+    if free {
+        assert_eq!(o.1, want, "{what}: expected the flow on its candidate {want}, it got {}", o.1);
+    } else {
+        assert_ne!(o.1, want, "{what}: expected a taken candidate {want} passed over");
+    }
+    free
+}
+
 /// Another subscriber address with the same home block as `ip` (k-th one up).
 fn home_twin(env: &Env, ip: Ipv4Addr, k: u32) -> Ipv4Addr {
     let (n, bpa) = (env.cfg.pool.addresses.len() as u32, env.cfg.block_count_per_addr());
@@ -718,14 +732,7 @@ fn home_block_claims_start_at_the_hashed_candidate() {
             let inp = 30000 + i;
             let want = home_candidate(env, sub(1), UDP, inp);
             let addr = home_block(env, sub(1)) / env.cfg.block_count_per_addr();
-            let free = env.port_word(addr, UDP, want) == PORT_FREE;
-            let o = xlate_out(env, &Pkt::udp(sub(1), inp, SERVER, 53), None, "UDP flow");
-            if free {
-                assert_eq!(o.1, want, "expected flow {i} on its hashed candidate {want}, it got {}", o.1);
-                hits += 1;
-            } else {
-                assert_ne!(o.1, want, "expected a taken candidate {want} passed over");
-            }
+            hits += expect_candidate(env, sub(1), inp, addr, want, &format!("flow {i}, hashed")) as u32;
         }
         // 61 of 128 pairs: most candidates are free
         assert!(hits >= 30, "expected most of 60 hashed candidates free, {hits} were");
@@ -773,14 +780,7 @@ fn next_claim_starts_at_the_drawn_candidate() {
             assert_eq!((cand - lo) % 2, 0, "expected the candidate at an even offset of its block");
             let inp = 30001 + i;
             let want = (cand + ((inp as u32 ^ cand) & 1)) as u16;
-            let free = env.port_word(addr, UDP, want) == PORT_FREE;
-            let o = xlate_out(env, &Pkt::udp(twin, inp, SERVER, 53), None, "UDP flow");
-            if free {
-                assert_eq!(o.1, want, "expected flow {i} on the drawn candidate {want}, it got {}", o.1);
-                hits += 1;
-            } else {
-                assert_ne!(o.1, want, "expected a taken candidate {want} passed over");
-            }
+            hits += expect_candidate(env, twin, inp, addr, want, &format!("flow {i}, drawn")) as u32;
         }
         assert!(hits >= 10, "expected most of 40 candidates in a 256-port block free, {hits} were");
         check_allocation(env, "after 41 flows");
