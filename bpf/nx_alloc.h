@@ -96,18 +96,6 @@ __noinline long nx_home_take(__u32 sip, __u32 addr)
 	return gid;
 }
 
-/* The pair inside endpoint (sip, pp) tries first in block gid if gid is sip's home block,
- * else -1. Global, scalar arguments: its hash stays out of the claim's stack frame, which
- * sits in the allocator's deepest call chain (512 bytes in all). */
-__noinline long nx_home_start(__u32 sip, __u32 pp, __u32 gid)
-{
-	struct nx_config *cfg = nx_config();
-
-	if (!cfg || cfg->block_size < 2 || nx_home_block(cfg, sip) != gid)
-		return -1;
-	return nx_home_pair(cfg, sip, pp, cfg->block_size / 2);
-}
-
 /* ---- claiming one port inside one block ---- */
 struct nx_pscan {
 	__u32 base;   /* nx_ports index of the block's first port */
@@ -174,11 +162,11 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 	__u32 bpa = cfg->blocks_per_addr;
 	__u32 bs = cfg->block_size;
 	__u32 pidx = pp >> 16, in_port_h = pp & 0xffff;
-	__u32 addr_idx, first, hint, away;
+	struct nx_scratch *scr = nx_scratch_get();
+	__u32 addr_idx, first, hint, away, hp;
 	struct nx_pscan s;
-	long hp;
 
-	if (!bpa || bs < 2 || pidx >= NX_NPROTO)
+	if (!scr || !bpa || bs < 2 || pidx >= NX_NPROTO)
 		return -1;
 	addr_idx = gid / bpa;
 	first = cfg->port_lo + (gid - addr_idx * bpa) * bs;
@@ -186,15 +174,16 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 	nx_pscan_init(&s, bs / 2);
 	/* Start where nx_alloc_prefetch fetched early: in the home block at the endpoint's
 	 * hashed pair, elsewhere at the pair the previous claim drew at random for this one.
-	 * The step stays this claim's own random one. Whether gid is the home block is kept
-	 * as arithmetic (away = 0 or 1), not a branch: a branch here doubles every path the
-	 * verifier walks after each of the allocator's claims. */
-	hp = nx_home_start(NX_PORT_WORD_IP(word), pp, gid);
-	away = (__u32)((__u64)hp >> 63);
+	 * The step stays this claim's own random one. The home candidate is the one
+	 * nx_alloc_prefetch left in the scratch; it is in this block exactly when gid is the
+	 * home block. That is kept as arithmetic (away = 0 or 1), not a branch: a branch here
+	 * doubles every path the verifier walks after each of the allocator's claims. */
+	hp = scr->home_idx - s.base;
+	away = 1 - (__u32)(((__u64)hp - bs) >> 63);
 	hint = sub->next_port[pidx] - s.base;
 	if (hint / 2 < s.half)
 		s.start = hint / 2;
-	s.start = (s.start & -away) | ((__u32)hp & (away - 1));
+	s.start = (s.start & -away) | ((hp / 2) & (away - 1));
 	s.word = word;
 	s.found = -1;
 	/* parity of the offset that gives an outside port of the inside port's parity */
@@ -687,21 +676,24 @@ __noinline long nx_sub_pool_addr(__u32 sip)
 static __always_inline void nx_alloc_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
 					      __u16 in_port_h)
 {
+	struct nx_scratch *scr = nx_scratch_get();
 	__u32 idx, first, bs = cfg->block_size;
 	struct nx_sub *sub;
 	__s64 home;
 	__u64 *w, v;
 
-	if (pidx >= NX_NPROTO)
+	if (pidx >= NX_NPROTO || !scr)
 		return;
 	/* the home block's candidate: its address is the packet's alone, so this load is
-	 * issued at once, beside the session line's */
+	 * issued at once, beside the session line's; the claim finds it in the scratch */
+	scr->home_idx = NX_NO_HINT;
 	home = nx_home_block(cfg, sip);
 	if (home >= 0 && bs >= 2) {
 		first = cfg->port_lo + ((__u32)home % cfg->blocks_per_addr) * bs;
 		idx = nx_port_index((__u32)home / cfg->blocks_per_addr, pidx, first) +
 		      2 * nx_home_pair(cfg, sip, NX_PP(pidx, in_port_h), bs / 2) +
 		      ((in_port_h ^ first) & 1);
+		scr->home_idx = idx;
 		w = bpf_map_lookup_elem(&nx_ports, &idx);
 		if (w) {
 			v = *(volatile __u64 *)w;
