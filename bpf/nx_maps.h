@@ -206,9 +206,8 @@ struct nx_scratch {
 	struct bpf_fib_lookup fib;
 	/* The nx_ports index of the port the current packet's inside endpoint tries first in
 	 * its subscriber's home block, as nx_alloc_prefetch worked it out (and fetched it);
-	 * NX_NO_HINT if none. Read by the claim (nx_alloc.h) instead of working it out again.
-	 * A hint only: a value left by an earlier packet can only move where a claim in the
-	 * same block starts. */
+	 * NX_NO_HINT if none. Read by the claim (nx_alloc.h) instead of working it out again;
+	 * written for every packet that may reach the claim, before it does. */
 	__u32 home_idx;
 };
 

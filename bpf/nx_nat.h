@@ -168,8 +168,10 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 		goto translate;
 	}
-	/* a connection may be opening: start fetching what the allocator will read */
-	if (!s && nx_may_create(p))
+	/* a connection may be opening: start fetching what the allocator will read (also
+	 * for a session without a usable mapping: every claim then reads this packet's home
+	 * candidate, never one an earlier packet left in the scratch) */
+	if (nx_may_create(p))
 		nx_alloc_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
