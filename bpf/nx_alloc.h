@@ -36,6 +36,22 @@ static __always_inline __u64 nx_port_word(__u32 in_ip, __u16 in_port_h)
 #define NX_PORT_WORD_IP(w) ((__u32)((w) >> 16))
 #define NX_PORT_WORD_PORT(w) ((__u16)(w))
 
+/* ---- deterministic mode (nx_det.h) ---- */
+/* Deterministic mode: subscriber sip's pool index and first port. Returns 0, or -1 when sip is
+ * outside the deterministic prefix. */
+static __always_inline int nx_det_range(struct nx_config *cfg, __u32 sip, __u32 *addr_idx,
+					__u32 *first)
+{
+	__u32 i = bpf_ntohl(sip) - cfg->det_base, per = cfg->det_per_addr, a;
+
+	if (i >= cfg->det_count || !per)
+		return -1;
+	a = i / per;
+	*addr_idx = a;
+	*first = cfg->port_lo + (i - a * per) * cfg->det_ports;
+	return 0;
+}
+
 /* ---- the subscriber's home block ----
  * Every subscriber has one block it takes first whenever that block is free, a function
  * of its address alone: consecutive subscriber addresses go to consecutive pool addresses,
@@ -655,10 +671,17 @@ __noinline long nx_sub_pool_addr(__u32 sip)
 
 	if (!cfg)
 		return -NX_DROP_INTERNAL;
-	sub = nx_subscriber(cfg, sip, &reason);
-	if (!sub)
-		return -reason;
-	idx = sub->addr_idx;
+	if (cfg->det_count) {
+		__u32 first;
+
+		if (nx_det_range(cfg, sip, &idx, &first) < 0)
+			return -NX_DROP_NOT_SUBSCRIBER;
+	} else {
+		sub = nx_subscriber(cfg, sip, &reason);
+		if (!sub)
+			return -reason;
+		idx = sub->addr_idx;
+	}
 	addr = bpf_map_lookup_elem(&nx_pool, &idx);
 	if (!addr)
 		return -NX_DROP_INTERNAL;

@@ -242,6 +242,7 @@ __noinline int nx_icmp_error_out(struct xdp_md *ctx)
 {
 	struct nx_icmp_err e = {};
 	struct nx_map_key mk = {};
+	struct nx_config *cfg = nx_config();
 	struct nx_map *m;
 	__u32 old;
 	int rc;
@@ -255,7 +256,14 @@ __noinline int nx_icmp_error_out(struct xdp_md *ctx)
 	mk.in_ip = e.eip->daddr;
 	mk.in_port = *e.eport_dst;
 	mk.proto = e.eproto;
-	m = nx_map_lookup(&mk);
+	if (cfg && cfg->det_count) {
+		long r =
+		    nx_det_map(mk.in_ip, NX_PP(nx_proto_idx(mk.proto), bpf_ntohs(mk.in_port)), 0);
+
+		m = r < 0 ? 0 : nx_det_cur();
+	} else {
+		m = nx_map_lookup(&mk);
+	}
 	if (!m)
 		return NX_DROP_NO_MAPPING;
 	nx_icmp_rewrite_embedded(&e, 0, m->out_ip, m->out_port);

@@ -209,6 +209,9 @@ struct nx_scratch {
 	 * NX_NO_HINT if none. Read by the claim (nx_alloc.h) instead of working it out again;
 	 * written for every packet that may reach the claim, before it does. */
 	__u32 home_idx;
+	/* deterministic mode: the packet's mapping, its port word seen as a mapping
+	 * (nx_det_view) */
+	struct nx_map dmap;
 };
 
 struct {

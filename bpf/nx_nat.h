@@ -58,8 +58,11 @@ static __always_inline int nx_may_create(struct nx_pkt *p)
 	return 1;
 }
 
+/* A new mapping for inside endpoint mk. Deterministic mode: the endpoint's mapping, found,
+ * or claimed when create is set (nx_det.h); a session whose mapping existed already counts
+ * itself on it as on a new one. Returns the mapping, or 0 with *reason set. */
 static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struct nx_map_key *mk,
-						    __u32 now, int *reason)
+						    int create, __u32 now, int *reason)
 {
 	__u32 pidx = nx_proto_idx(mk->proto);
 	__u16 in_port_h = bpf_ntohs(mk->in_port);
@@ -70,6 +73,19 @@ static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struc
 	__s64 ins;
 	long r;
 
+	if (cfg->det_count) {
+		r = nx_det_map(mk->in_ip, NX_PP(pidx, in_port_h), create);
+		if (r < 0) {
+			*reason = r == -NX_DROP_NO_MAPPING && mk->proto == IPPROTO_TCP
+				      ? NX_DROP_TCP_NO_SYN
+				      : (int)-r;
+			return 0;
+		}
+		m = nx_det_cur();
+		if (!m)
+			*reason = NX_DROP_INTERNAL;
+		return m;
+	}
 	r = nx_alloc(mk->in_ip, pidx, in_port_h);
 	if (r < 0) {
 		*reason = (int)-r;
@@ -152,7 +168,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 {
 	struct nx_map_key mk = {};
 	struct nx_sess_key sk = {};
-	struct nx_map *m;
+	struct nx_map *m = 0;
 	struct nx_sess *s;
 	int created = 0;
 	int reason = NX_DROP_NO_MAPPING;
@@ -168,19 +184,21 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 		goto translate;
 	}
-	/* a connection may be opening: start fetching what the allocator will read (also
-	 * for a session without a usable mapping: every claim then reads this packet's home
-	 * candidate, never one an earlier packet left in the scratch) */
-	if (nx_may_create(p))
-		nx_alloc_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
-	m = nx_map_lookup(&mk);
+	/* a connection may be opening: start fetching what the allocator will read (also
+	 * for a session without a usable mapping: every claim then reads this packet's home
+	 * candidate, never one an earlier packet left in the scratch) */
+	if (nx_may_create(p) && !cfg->det_count)
+		nx_alloc_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
+	/* deterministic: the mapping is a port word of the subscriber's range, found (or
+	 * claimed) by one walk */
+	m = cfg->det_count ? 0 : nx_map_lookup(&mk);
 	if (!m) {
-		if (!nx_may_create(p))
+		if (!nx_may_create(p) && !cfg->det_count)
 			return p->proto == IPPROTO_TCP ? NX_DROP_TCP_NO_SYN : NX_DROP_NO_MAPPING;
-		m = nx_map_create(cfg, &mk, now, &reason);
+		m = nx_map_create(cfg, &mk, nx_may_create(p), now, &reason);
 		if (!m)
 			return reason;
 		created = 1;
@@ -194,6 +212,8 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 	} else {
 		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_OUT, now, &reason);
+		/* A deterministic word claimed for a session that could not be made keeps a
+		 * session count of 0: the daemon puts it on hold-down (src/expiry.rs). */
 		if (!s)
 			return reason;
 	}
@@ -234,7 +254,10 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_IN, now);
 	} else {
 		/* the port word and the mapping must agree; a stale word never translates */
-		m = nx_map_lookup(&mk);
+		if (cfg->det_count)
+			m = nx_det_view(&mk, addr_idx, out_port);
+		else
+			m = nx_map_lookup(&mk);
 		if (!m || m->out_port != out_port || m->out_ip != p->ip->daddr)
 			return NX_DROP_NO_MAPPING;
 		/* Unsolicited: endpoint-independent filtering (or a static forward) opens a
@@ -254,8 +277,8 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 static __always_inline int nx_xlate_in(struct nx_config *cfg, struct nx_pkt *p, __u32 addr_idx,
 				       __u32 now)
 {
-	__u32 in_ip;
-	__u16 in_port;
+	__u32 in_ip = 0;
+	__u16 in_port = 0;
 	int rc = nx_xlate_in_lookup(cfg, p, addr_idx, now, &in_ip, &in_port);
 
 	if (rc >= 0)

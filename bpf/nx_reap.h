@@ -74,6 +74,7 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 {
 	/* syscall programs have no coarse clock; the same CLOCK_MONOTONIC, finer */
 	__u32 now = (__u32)(bpf_ktime_get_ns() >> NX_TICK_SHIFT);
+	struct nx_config *cfg = nx_config();
 	__u32 n = a->n;
 
 	if (n > NX_REAP_BATCH)
@@ -89,11 +90,15 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			__u64 k0 = nx_sess_k0(&k), k1 = nx_sess_k1(&k);
 			__u32 slot = nx_sess_find(k0, k1);
 			struct nx_sess *s = nx_sess_at(slot);
+			__u32 out_ip;
+			__u16 out_port;
 			__u8 permit;
 
 			if (!s || (__s32)(s->expire - now) > 0)
 				continue;
 			permit = s->flags & NX_SF_PERMIT;
+			out_ip = s->out_ip;
+			out_port = s->out_port;
 			if (!nx_sess_delete(slot, k0, k1))
 				continue;
 			a->deleted++;
@@ -102,7 +107,11 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			mk.in_ip = k.in_ip;
 			mk.in_port = k.in_port;
 			mk.proto = k.proto;
-			a->maps_deleted += nx_map_unref(&mk, a->now_s);
+			if (cfg && cfg->det_count)
+				a->maps_deleted +=
+				    nx_det_unref(cfg, &mk, out_ip, out_port, a->now_s);
+			else
+				a->maps_deleted += nx_map_unref(&mk, a->now_s);
 		} else if (a->op == NX_REAP_MAPPINGS) {
 			struct nx_map_key mk = a->maps[i];
 			__u32 slot = nx_maps_find(nx_map_k0(&mk));

@@ -11,6 +11,7 @@
 
 #include "nx_alloc.h"
 #include "nx_common.h"
+#include "nx_det.h"
 #include "nx_maps.h"
 #include "nx_parse.h"
 #include "nx_stats.h"
@@ -93,9 +94,12 @@ static __always_inline void nx_sess_touch(struct nx_config *cfg, struct nx_sess 
 		s->expire = exp;
 }
 
-/* Count one more session on mapping m, unless the reaper is deleting it. */
+/* Count one more session on mapping m, unless the reaper is deleting it (-1); -2: it
+ * counts as many sessions as it can (a deterministic mapping's word). */
 static __always_inline int nx_map_ref(struct nx_map *m)
 {
+	if (m->flags & NX_MF_DET)
+		return nx_det_ref(m->pad, nx_det_key(m));
 #pragma unroll
 	for (int t = 0; t < 4; t++) {
 		__u32 old = *(volatile __u32 *)&m->nsess;
@@ -143,10 +147,12 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 		return 0;
 	}
 	if (r & NX_TAB_NEW) {
-		if (nx_map_ref(m) < 0) {
+		int ref = nx_map_ref(m);
+
+		if (ref < 0) {
 			/* the reaper is deleting the mapping: this session must not outlive it */
 			nx_sess_delete((__u32)r, k0, k1);
-			*reason = NX_DROP_MAP_DYING;
+			*reason = ref == -2 ? NX_DROP_QUOTA_EXCEEDED : NX_DROP_MAP_DYING;
 			return 0;
 		}
 		nx_count(NX_STAT_SESS_CREATED);
@@ -181,10 +187,13 @@ static __always_inline int nx_port_owner(__u32 addr_idx, __u8 proto, __be16 out_
 static __always_inline struct nx_map *nx_outside_mapping(__u32 addr_idx, __u8 proto, __u32 out_ip,
 							 __be16 out_port, struct nx_map_key *mk)
 {
+	struct nx_config *cfg = nx_config();
 	struct nx_map *m;
 
-	if (!nx_port_owner(addr_idx, proto, out_port, mk))
+	if (!cfg || !nx_port_owner(addr_idx, proto, out_port, mk))
 		return 0;
+	if (cfg->det_count) /* the word is the mapping */
+		return nx_det_view(mk, addr_idx, out_port);
 	m = nx_map_lookup(mk);
 	if (!m || m->out_port != out_port || m->out_ip != out_ip)
 		return 0;

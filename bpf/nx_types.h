@@ -111,8 +111,18 @@ struct nx_config {
 	 * reused, in jiffies; 0 = no cache, every packet asks the kernel's FIB. */
 	__u32 fibc_mask;
 	__u32 fibc_max_age;
+	/* Deterministic NAT (RFC 7422; nx_det.h), when det_count != 0: subscriber i of the
+	 * prefix starting at det_base (host order) owns det_ports outside ports from
+	 * port_lo + (i % det_per_addr) * det_ports on pool address i / det_per_addr, on every
+	 * protocol. Its port words are its mappings; a lookup or claim walks at most
+	 * det_probe pairs of one parity from the endpoint's hashed candidate. */
+	__u32 det_base;
+	__u32 det_count;
+	__u32 det_per_addr;
+	__u16 det_ports;
+	__u16 det_probe;
 };
-nx_static_assert(sizeof(struct nx_config) == 176, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 192, "nx_config layout");
 
 /* ---- The FIB cache (map nx_fibc: per CPU, direct-mapped; see nx_fwd.h) ---------------
  * An answer of bpf_fib_lookup (egress interface and MACs), kept for the key it depends on
@@ -157,7 +167,9 @@ struct nx_fibc_gen {
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
  * One u64 word, changed only with compare-and-swap (BPF and the daemon through mmap):
  *   bits 63..62  state
- *   USED:        bits 15..0 = inside port (inside address = the owner of the port's block)
+ *   USED:        bits 47..16 = inside address, bits 15..0 = inside port; in deterministic
+ *                mode (nx_det.h) bits 61..48 count the sessions of the mapping the word is
+ *                (always 0 in dynamic mode, where the mapping table counts them)
  *   HELD:        bits 31..0 = CLOCK_MONOTONIC second at which the port was released
  */
 #define NX_PORT_STATE_SHIFT 62
@@ -166,6 +178,9 @@ struct nx_fibc_gen {
 #define NX_PORT_HELD 2ULL
 #define NX_PORT_STATIC 3ULL /* static forward; dynamic allocation never hands it out */
 #define NX_PORT_STATE(w) ((w) >> NX_PORT_STATE_SHIFT)
+#define NX_PORT_NSESS_SHIFT 48
+#define NX_PORT_NSESS_MAX 0x3fffULL
+#define NX_PORT_NSESS_MASK (NX_PORT_NSESS_MAX << NX_PORT_NSESS_SHIFT)
 
 /* ---- Port blocks (map nx_blocks, direct-indexed) ------------------------------------
  * index = pool_index * blocks_per_addr + block_number; block b covers outside ports
@@ -265,6 +280,9 @@ nx_static_assert(sizeof(struct nx_map) == 32, "nx_map layout");
 
 enum nx_map_flags {
 	NX_MF_STATIC = 1 << 0,
+	/* not in the table: a deterministic mapping's port word seen as a mapping (nx_det.h);
+	 * the slot's pad then holds the word's nx_ports index */
+	NX_MF_DET = 1 << 1,
 };
 
 /* ---- Sessions (map nx_sess) -------------------------------------------------------------
@@ -461,7 +479,8 @@ enum nx_stat {
 	NX_DROP_MAP_DYING,  /* its mapping was being deleted that instant: the next packet makes a
 			       new one */
 	NX_DROP_TABLE_BUSY, /* another CPU held the table's insert lock too long */
-	NX_DROP_INTERNAL,   /* a lookup that cannot fail did: a bug, never expected */
+	NX_DROP_NOT_SUBSCRIBER, /* deterministic mode: source outside the subscriber prefix */
+	NX_DROP_INTERNAL,	/* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };
 

@@ -151,6 +151,29 @@ pub struct Nat {
     /// Rate limit for the ICMP errors natrix generates itself ("fragmentation
     /// needed", "administratively prohibited"); 0 disables them.
     pub icmp_errors_per_sec: u32,
+    /// `nat.mode = "deterministic"` (RFC 7422): each subscriber's pool address
+    /// and port range follow from its address. `None`: dynamic port blocks.
+    pub deterministic: Option<Deterministic>,
+}
+
+/// Deterministic NAT (RFC 7422, bpf/nx_det.h): subscriber `i` of `subscribers`
+/// (the i-th address of the prefix) owns `ports` outside ports starting at
+/// `pool.ports`' first + (i % `per_addr`) * `ports` on pool address i / `per_addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deterministic {
+    pub subscribers: Ipv4Net,
+    /// Outside ports per subscriber and protocol; even.
+    pub ports: u16,
+    /// Subscribers sharing one pool address.
+    pub per_addr: u32,
+    /// Pairs a lookup or a new mapping's search walks at most (nx_det.h).
+    pub probe: u16,
+}
+
+impl Deterministic {
+    pub fn count(&self) -> u32 {
+        1u32.checked_shl(32 - u32::from(self.subscribers.prefix_len())).unwrap_or(0).max(1)
+    }
 }
 
 impl Default for Nat {
@@ -164,6 +187,7 @@ impl Default for Nat {
             max_new_mappings_per_sec: 0,
             port_class: true,
             icmp_errors_per_sec: 100,
+            deterministic: None,
         }
     }
 }
@@ -297,6 +321,12 @@ impl Config {
         let exclude = parse_exclude(&table_array(&root, "exclude", MAX_EXCLUDES)?, &pool_entries)?;
         let forwards = parse_forwards(&table_array(&root, "forward", MAX_FORWARDS)?, &pool)?;
         let nat = parse_nat(&Section::open(&root, "nat", &empty)?, &pool)?;
+        if nat.deterministic.is_some() && !forwards.is_empty() {
+            return Err(key_err(
+                "forward[0]",
+                "static forwards are not supported with nat.mode = \"deterministic\" (every port of the pool range belongs to a subscriber's range)",
+            ));
+        }
         let fragments = parse_fragments(&Section::open(&root, "fragments", &empty)?)?;
         let timeouts = parse_timeouts(&Section::open(&root, "timeouts", &empty)?, &mut warnings)?;
         let limits = parse_limits(&Section::open(&root, "limits", &empty)?)?;
@@ -688,6 +718,10 @@ fn allowed_keys(section: &str) -> &'static [&'static str] {
             "max_new_mappings_per_sec",
             "port_class",
             "icmp_errors_per_sec",
+            "mode",
+            "deterministic_subscribers",
+            "deterministic_ports",
+            "deterministic_probe",
         ],
         "fragments" => &["timeout", "max_tracked", "max_held"],
         "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
@@ -1056,7 +1090,30 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
     let max_new_mappings_per_sec =
         sec.int("max_new_mappings_per_sec", d.max_new_mappings_per_sec.into(), 0, u32::MAX.into())? as u32;
 
-    let port_class = sec.bool("port_class", d.port_class)?;
+    let deterministic = parse_deterministic(sec, pool)?;
+    if deterministic.is_some() {
+        for k in ["block_size", "max_blocks_per_subscriber"] {
+            if sec.get(k).is_some() {
+                return Err(key_err(
+                    sec.key(k),
+                    "has no effect with nat.mode = \"deterministic\": each subscriber's ports are nat.deterministic_ports (or as many as the pool gives each); remove it",
+                ));
+            }
+        }
+        if max_new_mappings_per_sec != 0 {
+            return Err(key_err(
+                sec.key("max_new_mappings_per_sec"),
+                "is not supported with nat.mode = \"deterministic\", which keeps no per-subscriber state on the packet path; set it to 0 or remove it",
+            ));
+        }
+        if sec.bool("port_class", false)? {
+            return Err(key_err(
+                sec.key("port_class"),
+                "is not supported with nat.mode = \"deterministic\": every mapping comes from the subscriber's range; set it to false or remove it",
+            ));
+        }
+    }
+    let port_class = deterministic.is_none() && sec.bool("port_class", d.port_class)?;
     if port_class && pool.port_lo < FIRST_NON_PRIVILEGED_PORT {
         let which = if sec.get("port_class").is_some() { "" } else { " (the default)" };
         return Err(key_err(
@@ -1079,7 +1136,75 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
         max_new_mappings_per_sec,
         port_class,
         icmp_errors_per_sec,
+        deterministic,
     })
+}
+
+/// Most subscribers one deterministic prefix may hold (a /8).
+const MAX_DET_PREFIX_LEN_MIN: u8 = 8;
+const DEFAULT_DET_PROBE: i64 = 64;
+
+fn parse_deterministic(sec: &Section, pool: &Pool) -> Result<Option<Deterministic>, ConfigError> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        Dynamic,
+        Deterministic,
+    }
+    let mode = sec.choice(
+        "mode",
+        Mode::Dynamic,
+        &[("dynamic", Mode::Dynamic), ("deterministic", Mode::Deterministic)],
+    )?;
+    let det_keys = ["deterministic_subscribers", "deterministic_ports", "deterministic_probe"];
+    if mode == Mode::Dynamic {
+        if let Some(k) = det_keys.iter().find(|k| sec.get(k).is_some()) {
+            return Err(key_err(sec.key(k), "only applies with nat.mode = \"deterministic\""));
+        }
+        return Ok(None);
+    }
+    let text = sec.required_str("deterministic_subscribers")?;
+    let (addr, len) = parse_prefix(text, MAX_DET_PREFIX_LEN_MIN)
+        .map_err(|m| key_err(sec.key("deterministic_subscribers"), m))?;
+    let subscribers = Ipv4Net::new(addr, len).expect("parse_prefix bounds the length to /32");
+    let count: u64 = 1u64 << (32 - u32::from(len));
+    let n_addrs = pool.addresses.len() as u64;
+    let range = u64::from(pool.port_hi) - u64::from(pool.port_lo) + 1;
+    let per_addr = count.div_ceil(n_addrs);
+    let ports = match sec.get("deterministic_ports") {
+        Some(_) => {
+            let p = sec.int("deterministic_ports", 0, 2, range.min(65534) as i64)? as u64;
+            if p % 2 != 0 {
+                return Err(key_err(
+                    sec.key("deterministic_ports"),
+                    format!("must be even so that each subscriber holds as many even as odd ports (port parity), found {p}"),
+                ));
+            }
+            if p * per_addr > range {
+                return Err(key_err(
+                    sec.key("deterministic_ports"),
+                    format!(
+                        "{count} subscribers ({text}) on {n_addrs} pool address(es) put {per_addr} on each; {per_addr} x {p} ports exceed the {range} ports of pool.ports ({}-{}): at most {} ports each",
+                        pool.port_lo,
+                        pool.port_hi,
+                        (range / per_addr) & !1
+                    ),
+                ));
+            }
+            p
+        }
+        None => (range / per_addr) & !1,
+    };
+    if ports < 2 {
+        return Err(key_err(
+            sec.key("deterministic_subscribers"),
+            format!(
+                "{count} subscribers ({text}) on {n_addrs} pool address(es) leave fewer than 2 ports of pool.ports ({}-{}) to each; use a smaller prefix or more pool addresses",
+                pool.port_lo, pool.port_hi
+            ),
+        ));
+    }
+    let probe = sec.int("deterministic_probe", DEFAULT_DET_PROBE, 1, 4096)? as u16;
+    Ok(Some(Deterministic { subscribers, ports: ports as u16, per_addr: per_addr as u32, probe }))
 }
 
 fn parse_fragments(sec: &Section) -> Result<Fragments, ConfigError> {
@@ -1239,6 +1364,7 @@ mod tests {
                 max_new_mappings_per_sec: 0,
                 port_class: true,
                 icmp_errors_per_sec: 100,
+                deterministic: None,
             }
         );
         assert_eq!(
@@ -1369,6 +1495,7 @@ sweep_interval = "250ms"
                 max_new_mappings_per_sec: 1000,
                 port_class: true,
                 icmp_errors_per_sec: 100,
+                deterministic: None,
             }
         );
         assert_eq!(c.timeouts.udp, secs(600));
@@ -1973,6 +2100,44 @@ sweep_interval = "250ms"
             let m = key_error(&with(&format!("[daemon]\nsweep_interval = {v}\n")), "daemon.sweep_interval");
             assert!(m.contains(why), "{v}: {m}");
         }
+    }
+
+    // ---- nat.mode = "deterministic" (RFC 7422) ----
+
+    #[test]
+    fn nat_deterministic() {
+        let det = |extra: &str| {
+            with_pool(&format!(
+                "addresses = [\"203.0.113.0/29\"]\n[nat]\nmode = \"deterministic\"\ndeterministic_subscribers = \"100.64.0.0/24\"\n{extra}"
+            ))
+        };
+        // 256 subscribers on 8 addresses: 32 each, 64512 / 32 = 2016 ports
+        let d = ok(&det("")).nat.deterministic.expect("deterministic");
+        assert_eq!((d.count(), d.per_addr, d.ports, d.probe), (256, 32, 2016, 64));
+        assert!(!ok(&det("")).nat.port_class, "port class is off in this mode");
+        let d = ok(&det("deterministic_ports = 1000\ndeterministic_probe = 8")).nat.deterministic.unwrap();
+        assert_eq!((d.ports, d.probe), (1000, 8));
+        assert_eq!(ok(&with("")).nat.deterministic, None, "dynamic by default");
+
+        key_error(&det("deterministic_ports = 1001"), "nat.deterministic_ports");
+        let m = key_error(&det("deterministic_ports = 2018"), "nat.deterministic_ports");
+        assert!(m.contains("at most 2016"), "{m}");
+        key_error(&det("block_size = 128"), "nat.block_size");
+        key_error(&det("max_new_mappings_per_sec = 10"), "nat.max_new_mappings_per_sec");
+        key_error(&det("port_class = true"), "nat.port_class");
+        key_error(
+            &with("[nat]\ndeterministic_subscribers = \"100.64.0.0/24\""),
+            "nat.deterministic_subscribers",
+        );
+        key_error(&with("[nat]\nmode = \"deterministic\""), "nat.deterministic_subscribers");
+        key_error(&with("[nat]\nmode = \"fixed\""), "nat.mode");
+        let m = key_error(
+            &with_pool("addresses = [\"203.0.113.1\"]\n[nat]\nmode = \"deterministic\"\ndeterministic_subscribers = \"100.0.0.0/8\""),
+            "nat.deterministic_subscribers",
+        );
+        assert!(m.contains("fewer than 2 ports"), "{m}");
+        let fwd = "[[forward]]\nproto = \"tcp\"\noutside = \"203.0.113.1:80\"\ninside = \"100.64.0.2:80\"\n";
+        key_error(&format!("{}{fwd}", det("")), "forward[0]");
     }
 
     // ---- nat.port_class and nat.icmp_errors_per_sec ----

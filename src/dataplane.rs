@@ -266,6 +266,11 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         fibc_mask: c.fib_cache.entries.max(1) - 1,
         // in jiffies, set with the clock by `Dataplane::configure` (fibc_max_age_jiffies)
         fibc_max_age: 0,
+        det_base: c.nat.deterministic.map_or(0, |d| u32::from(d.subscribers.addr())),
+        det_count: c.nat.deterministic.map_or(0, |d| d.count()),
+        det_per_addr: c.nat.deterministic.map_or(0, |d| d.per_addr),
+        det_ports: c.nat.deterministic.map_or(0, |d| d.ports),
+        det_probe: c.nat.deterministic.map_or(0, |d| d.probe),
     }
 }
 
@@ -486,6 +491,16 @@ impl Dataplane {
             }
             if old.block_size != cfg.nat.block_size {
                 return Err(DataplaneError::Incompatible { pin, what: "nat.block_size".into() });
+            }
+            // a deterministic subscriber's range is where its mappings are
+            let new = nx_config_from(cfg, 0, seed);
+            if (old.det_base, old.det_count, old.det_per_addr, old.det_ports)
+                != (new.det_base, new.det_count, new.det_per_addr, new.det_ports)
+            {
+                return Err(DataplaneError::Incompatible {
+                    pin,
+                    what: "nat.mode, nat.deterministic_subscribers or nat.deterministic_ports".into(),
+                });
             }
             hint = old.addr_hint;
         } else {

@@ -18,9 +18,10 @@ use std::sync::atomic::Ordering;
 use libbpf_rs::{MapCore, ProgramInput};
 use tracing::debug;
 
-use crate::skel::types::{nx_map_key, nx_reap_args, nx_sess_key};
+use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    bytes_of, now_ns, now_tick, read_pod, MmapWords, TableError, Tables, PORT_HELD, PORT_STATE_SHIFT,
+    bytes_of, det_first, det_start, now_ns, now_tick, read_pod, MmapWords, TableError, Tables, PORT_HELD,
+    PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
 };
 
 const NX_REAP_SESSIONS: u32 = 1;
@@ -63,7 +64,14 @@ pub struct Sweeper {
     ports: MmapWords,
     blocks: MmapWords,
     empty_last: std::collections::HashSet<(usize, u64)>,
+    /// Deterministic mode: USED words with no session seen at the last sweep.
+    idle_last: std::collections::HashSet<(usize, u64)>,
 }
+
+/// Seconds a HELD word's hold-down must be over before the daemon may free it: the fast
+/// path claims such a word from `hold` seconds on, so by then no walk passes it without
+/// taking it (bpf/nx_det.h).
+const DET_FREE_MARGIN_S: u32 = 2;
 
 fn mono_secs() -> u32 {
     (now_ns() / 1_000_000_000) as u32
@@ -75,6 +83,7 @@ impl Sweeper {
             ports: MmapWords::new(&t.ports, "nx_ports")?,
             blocks: MmapWords::new(&t.blocks, "nx_blocks")?,
             empty_last: Default::default(),
+            idle_last: Default::default(),
         })
     }
 
@@ -97,6 +106,17 @@ impl Sweeper {
             r.mappings_released += a.maps_deleted;
         }
 
+        let cfg = t.config()?;
+        if cfg.det_count != 0 {
+            // deterministic: no mapping table, blocks or subscriber entries; the port
+            // words are the mappings
+            self.det_ports(&cfg, now_s, &mut r);
+            if r != SweepReport::default() {
+                debug!(?r, "sweep");
+            }
+            return Ok(r);
+        }
+
         // 2. mappings without sessions
         let cands: Vec<nx_map_key> = t
             .mappings()?
@@ -114,7 +134,6 @@ impl Sweeper {
         }
 
         // 3. hold-down over: free the port, then the block if it became empty
-        let cfg = t.config()?;
         let (bpa, bs, lo) = (cfg.blocks_per_addr as u32, cfg.block_size as u32, cfg.port_lo as u32);
         let hold = cfg.hold_down_s;
         let blocks = self.blocks.words();
@@ -213,6 +232,75 @@ impl Sweeper {
             debug!(?r, "sweep");
         }
         Ok(r)
+    }
+
+    /// Deterministic mode (bpf/nx_det.h), each sweep:
+    /// - a HELD word whose hold-down is over (by DET_FREE_MARGIN_S) becomes FREE, unless a
+    ///   live mapping's walk passes it: the walk stops at the first FREE word, so freeing
+    ///   such a word would hide that mapping (linear probing's deletion rule). It stays
+    ///   HELD, claimable by the next new mapping whose walk reaches it;
+    /// - a USED word counting no session on two sweeps in a row (a mapping whose first
+    ///   session could not be made) goes on hold-down.
+    fn det_ports(&mut self, cfg: &nx_config, now_s: u32, r: &mut SweepReport) {
+        let words = self.ports.words();
+        let hold = cfg.hold_down_s.saturating_add(DET_FREE_MARGIN_S);
+        let n = u32::from(cfg.det_ports);
+        let probe = u32::from(cfg.det_probe).min(n / 2);
+        let mut idle_now = std::collections::HashSet::new();
+        for (idx, w) in words.iter().enumerate() {
+            let v = w.load(Ordering::Relaxed);
+            let state = v >> PORT_STATE_SHIFT;
+            if state == PORT_USED && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0 {
+                let held = PORT_HELD << PORT_STATE_SHIFT | now_s as u64;
+                if self.idle_last.contains(&(idx, v))
+                    && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                {
+                    r.mappings_released += 1;
+                } else {
+                    idle_now.insert((idx, v));
+                }
+                continue;
+            }
+            if state != PORT_HELD
+                || now_s.wrapping_sub(v as u32) < hold
+                || (now_s.wrapping_sub(v as u32) as i32) < 0
+            {
+                continue;
+            }
+            let port = (idx & 0xffff) as u32;
+            let Some(first) = det_first(cfg, port) else {
+                // outside every range (never claimed in this mode): nothing walks past it
+                if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    r.ports_freed += 1;
+                }
+                continue;
+            };
+            let base = idx - (port - first) as usize;
+            let pidx = ((idx >> 16) % 3) as u32;
+            let k = port - first;
+            // the live words after this one on its chain, up to the first FREE one
+            let mut needed = false;
+            for j in 1..probe {
+                let rk = (k + 2 * j) % n;
+                let rv = words[base + rk as usize].load(Ordering::Relaxed);
+                if rv == 0 {
+                    break;
+                }
+                if rv >> PORT_STATE_SHIFT != PORT_USED {
+                    continue;
+                }
+                let c = det_start(cfg, (rv >> 16) as u32, pidx, rv as u16, first);
+                // does the walk from c to rk pass k?
+                if (k + n - c) % n < (rk + n - c) % n {
+                    needed = true;
+                    break;
+                }
+            }
+            if !needed && w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                r.ports_freed += 1;
+            }
+        }
+        self.idle_last = idle_now;
     }
 
     fn run(&self, reaper: &Reaper<'_>, a: &mut nx_reap_args) -> Result<(), TableError> {

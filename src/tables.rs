@@ -89,6 +89,33 @@ pub fn sub_home(h: u64, nslots: u32) -> u32 {
     (((h >> 32) * nslots as u64) >> 32) as u32
 }
 
+/// Deterministic mode (bpf/nx_det.h): the key that keeps the walk's hash apart (NX_DET_KEY).
+const DET_KEY: u64 = 0x6e78_6465_7421;
+/// Port word bits 61..48 of a deterministic mapping: its sessions (NX_PORT_NSESS_*).
+pub const PORT_NSESS_SHIFT: u32 = 48;
+pub const PORT_NSESS_MAX: u64 = 0x3fff;
+
+/// Where the walk of inside endpoint (`in_ip` as the data plane stores it, protocol index
+/// `pidx`, inside port `in_port` in host order) starts in a deterministic range beginning
+/// at port `first`: its offset (2 * pair + parity), as nx_det_start computes it.
+pub fn det_start(cfg: &nx_config, in_ip: u32, pidx: u32, in_port: u16, first: u32) -> u32 {
+    let pp = pidx << 16 | u32::from(in_port);
+    let h = tab_hash((in_ip as u64) << 32 | pp as u64, DET_KEY, cfg.tab_seed);
+    let npairs = u32::from(cfg.det_ports / 2).max(1);
+    let par = if cfg.flags & 1 != 0 && pidx != 2 { (pp ^ first) & 1 } else { (h >> 40) as u32 & 1 };
+    2 * ((h as u32) % npairs) + par
+}
+
+/// The first port of the deterministic range that outside `port` (host order) falls in,
+/// or None when it is outside every range.
+pub fn det_first(cfg: &nx_config, port: u32) -> Option<u32> {
+    let (lo, n) = (u32::from(cfg.port_lo), u32::from(cfg.det_ports));
+    if n == 0 || port < lo || (port - lo) / n >= cfg.det_per_addr {
+        return None;
+    }
+    Some(lo + (port - lo) / n * n)
+}
+
 pub fn tab_hash(k0: u64, k1: u64, seed: u32) -> u64 {
     let s = (seed as u64) << 32 | seed as u64;
     let mut h = (k0 ^ s).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -242,6 +269,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_DROP_MTU_EXCEEDED, "mtu_exceeded"),
     (nx_stat::NX_DROP_MAP_DYING, "mapping_expiring"),
     (nx_stat::NX_DROP_TABLE_BUSY, "table_busy"),
+    (nx_stat::NX_DROP_NOT_SUBSCRIBER, "not_subscriber"),
     (nx_stat::NX_DROP_INTERNAL, "internal_error"),
 ];
 
@@ -399,6 +427,10 @@ impl Tables {
     }
 
     pub fn mappings(&self) -> Result<Vec<(nx_map_key, nx_map)>> {
+        let cfg = self.config()?;
+        if cfg.det_count != 0 {
+            return self.det_mappings();
+        }
         Ok(Self::slots::<nx_map>(&self.maps, "nx_maps")?
             .into_iter()
             .map(|mut m| {
@@ -406,6 +438,38 @@ impl Tables {
                 (m.key, m)
             })
             .collect())
+    }
+
+    /// Deterministic mode: every USED port word is a mapping (bpf/nx_det.h), shown as the
+    /// mapping table shows one, `nsess` its session count, flag 2 (NX_MF_DET).
+    fn det_mappings(&self) -> Result<Vec<(nx_map_key, nx_map)>> {
+        let pool = self.pool()?;
+        let ports = MmapWords::new(&self.ports, "nx_ports")?;
+        let mut out = Vec::new();
+        for (idx, w) in ports.words().iter().enumerate() {
+            let v = w.load(std::sync::atomic::Ordering::Relaxed);
+            if v >> PORT_STATE_SHIFT != PORT_USED {
+                continue;
+            }
+            let (addr, pidx, port) = ((idx >> 16) / 3, (idx >> 16) % 3, (idx & 0xffff) as u16);
+            let Some(out_ip) = pool.get(addr) else { continue };
+            let key = nx_map_key {
+                in_ip: (v >> 16) as u32,
+                in_port: (v as u16).to_be(),
+                proto: [6u8, 17, 1][pidx],
+                pad: 0,
+            };
+            let m = nx_map {
+                key,
+                out_ip: u32::from_ne_bytes(out_ip.octets()),
+                out_port: port.to_be(),
+                flags: 2,
+                nsess: ((v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX) as u32,
+                ..Default::default()
+            };
+            out.push((key, m));
+        }
+        Ok(out)
     }
 
     /// Entries in the session and mapping tables, as the data plane counts them.
@@ -572,6 +636,14 @@ impl Tables {
     }
 
     pub fn mapping(&self, k: &nx_map_key) -> Result<Option<nx_map>> {
+        if self.config()?.det_count != 0 {
+            let want = (k.in_ip, k.in_port, k.proto);
+            return Ok(self
+                .det_mappings()?
+                .into_iter()
+                .find(|(mk, _)| (mk.in_ip, mk.in_port, mk.proto) == want)
+                .map(|(_, m)| m));
+        }
         self.find(TAB_MAPS, map_k0(k), 0)
     }
 
