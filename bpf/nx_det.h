@@ -97,9 +97,8 @@ struct nx_dwalk {
 	__u16 start;  /* first candidate's offset */
 	__u32 now_s;  /* CLOCK_MONOTONIC second; 0 in a walk that claims nothing */
 	__u32 hold;   /* HELD is claimable when now_s - released >= hold */
-	__s16 found;  /* offset of the endpoint's word, or -1 */
-	__s16 avail;  /* offset of the first claimable word, or -1 */
-	__u32 pad;
+	__s32 found;  /* offset of the endpoint's word, or -1 */
+	__s32 avail;  /* offset of the first claimable word, or -1 */
 };
 
 /* Whether word w may be claimed by a walk at second now_s: FREE, or HELD with its
@@ -127,15 +126,15 @@ static long nx_det_walk_cb(__u64 i, void *vctx)
 	w = *(volatile __u64 *)pw;
 	if (w == 0) {
 		if (d->avail < 0)
-			d->avail = (__s16)k;
+			d->avail = (__s32)k;
 		return 1;
 	}
 	if ((w & ~NX_PORT_NSESS_MASK) == d->key) {
-		d->found = (__s16)k;
+		d->found = (__s32)k;
 		return 1;
 	}
 	if (d->avail < 0 && nx_det_claimable(w, d->now_s, d->hold))
-		d->avail = (__s16)k;
+		d->avail = (__s32)k;
 	return 0;
 }
 

@@ -14,7 +14,7 @@
 #
 #   gen ns: g<gw> ── nxbin 100.64.0.1 [<gw> ns] 198.51.100.1 nxbout ── s<gw> :sink ns
 #   generator (XDP live frames, XDP_TX)   natrix | nft | kernel | xdpfwd    XDP counting drop
-#                                         | setupfloor (new-flow cases only)
+#                                         | natrixdet, setupfloor (new-flow cases only)
 #   gen ns: gdirect ── nxbin [direct ns]: the sink itself (no gateway)
 #
 # Subscribers 100.64.16.0 and up sit behind the generator (route via 100.64.0.2); the pool
@@ -39,15 +39,15 @@ CPU=0         # generator, gateway and sink
 DAEMON_CPU=1  # natrix's daemon (its sweeps), off the measured CPU
 
 if ((SMOKE)); then
-	ROUNDS=1 DUR=0.5 SIZES="64" GATEWAYS="direct natrix xdpfwd kernel setupfloor" SCALES="1 1000" PASSES64=2
+	ROUNDS=1 DUR=0.5 SIZES="64" GATEWAYS="direct natrix natrixdet xdpfwd kernel setupfloor" SCALES="1 1000" PASSES64=2
 	COST_SESSIONS=1000,2000 COST_REPS=2 COST_REPEAT=20000 MANY_FLOWS=4096 SUBS=64 ALLOC_MAX=2048
 	NEWFLOW_TABLE=1500000 # both new-flow runs, with their profile windows
 elif ((QUICK)); then
-	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix nft kernel xdpfwd setupfloor" SCALES="1 1000 100000" PASSES64=1
+	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix natrixdet nft kernel xdpfwd setupfloor" SCALES="1 1000 100000" PASSES64=1
 	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=4096
 	NEWFLOW_TABLE=2000000
 else
-	ROUNDS=${BENCH_ROUNDS:-5} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix nft kernel xdpfwd setupfloor" PASSES64=3
+	ROUNDS=${BENCH_ROUNDS:-5} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix natrixdet nft kernel xdpfwd setupfloor" PASSES64=3
 	SCALES="1 1000 100000 1000000 10000000"
 	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=500000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=8192
 	NEWFLOW_TABLE=4000000 # new-flow runs: 2 s at < 1M setups/s, plus the profile window
@@ -63,10 +63,10 @@ in_ns() { local ns=$1; shift; nsenter --net=/run/netns/"$ns" "$@"; }
 
 # ---- host settings we change, restored on exit --------------------------------------------
 CT_MAX_OLD="" CT_BUCKETS_OLD=""
-daemon=""
+declare -A daemon=() # natrix gateway -> its daemon's pid
 cleanup() {
 	set +e
-	if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null; fi
+	for d in "${daemon[@]}"; do kill "$d" 2>/dev/null; wait "$d" 2>/dev/null; done
 	for d in "$PIN"/*/; do
 		[[ -d $d ]] && "$NATRIX" down --pin "${d%/}" >/dev/null 2>&1
 	done
@@ -109,7 +109,18 @@ topology_up() {
 mac() { ip -n "$1" -br link show "$2" | awk '{print $3}'; }
 
 # ---- gateways ------------------------------------------------------------------------------
-natrix_conf() {
+# Gateway natrixdet (or NATRIX_MODE=deterministic for natrix itself): RFC 7422 ranges
+# (bpf/nx_det.h) instead of dynamic port blocks; the generator's subscribers (100.64.16.0 and
+# up) all sit in 100.64.0.0/17, 64 to a pool address, 1008 ports each.
+natrix_nat_conf() { # natrix_nat_conf GATEWAY
+	if [[ $1 == natrixdet || ${NATRIX_MODE:-dynamic} == deterministic ]]; then
+		printf 'mode = "deterministic"\ndeterministic_subscribers = "100.64.0.0/17"\n'
+	else
+		printf 'block_size = 1024\nmax_blocks_per_subscriber = 32\n'
+	fi
+}
+
+natrix_conf() { # natrix_conf TABLE-SIZE GATEWAY
 	cat <<-EOF
 		# written by scripts/bench.sh
 		[interfaces]
@@ -119,39 +130,43 @@ natrix_conf() {
 		addresses = ["203.0.113.0/24", "192.0.2.0/24"]
 		ports = "1024-65535"
 		[nat]
-		block_size = 1024
-		max_blocks_per_subscriber = 32
+		$(natrix_nat_conf "$2")
 		[limits]
 		max_subscribers = 65536
 		max_mappings = $1
 		max_sessions = $1
 		[daemon]
-		pin_path = "$PIN/natrix"
+		pin_path = "$PIN/$2"
 		sweep_interval = "60s"
 	EOF
 }
 
-natrix_up() {
-	local size=$(( $1 + $1 / 20 > NEWFLOW_TABLE ? $1 + $1 / 20 : NEWFLOW_TABLE ))
-	natrix_conf "$size" >"$OUT/natrix-bench.toml"
-	: >"$OUT/natrix-daemon.log"
+natrix_up() { # natrix_up GATEWAY SESSIONS
+	local gw=$1 size=$(( $2 + $2 / 20 > NEWFLOW_TABLE ? $2 + $2 / 20 : NEWFLOW_TABLE ))
+	natrix_conf "$size" "$gw" >"$OUT/$gw-bench.toml"
+	: >"$OUT/$gw-daemon.log"
 	# not through in_ns: $! must be the daemon itself (nsenter and taskset exec it)
-	nsenter --net=/run/netns/"$(gwns natrix)" taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/natrix-bench.toml" \
-		>"$OUT/natrix-daemon.log" 2>&1 &
-	daemon=$!
+	nsenter --net=/run/netns/"$(gwns "$gw")" taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/$gw-bench.toml" \
+		>"$OUT/$gw-daemon.log" 2>&1 &
+	daemon[$gw]=$!
 	for _ in $(seq 300); do
-		[[ -e $PIN/natrix/link_nxbout ]] && grep -q "ready" "$OUT/natrix-daemon.log" && return 0
-		kill -0 "$daemon" 2>/dev/null || break
+		[[ -e $PIN/$gw/link_nxbout ]] && grep -q "ready" "$OUT/$gw-daemon.log" && return 0
+		kill -0 "${daemon[$gw]}" 2>/dev/null || break
 		sleep 0.1
 	done
-	tail -20 "$OUT/natrix-daemon.log" >&2
-	echo "bench: natrix did not start" >&2
+	tail -20 "$OUT/$gw-daemon.log" >&2
+	echo "bench: $gw did not start" >&2
 	return 1
 }
 
-natrix_down() {
-	if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; daemon=""; fi
-	[[ -d $PIN/natrix ]] && "$NATRIX" down --pin "$PIN/natrix" >/dev/null
+natrix_down() { # natrix_down GATEWAY
+	local gw=$1
+	if [[ -n ${daemon[$gw]:-} ]]; then
+		kill "${daemon[$gw]}" 2>/dev/null || true
+		wait "${daemon[$gw]}" 2>/dev/null || true
+		unset "daemon[$gw]"
+	fi
+	[[ -d $PIN/$gw ]] && "$NATRIX" down --pin "$PIN/$gw" >/dev/null
 	return 0
 }
 
@@ -178,7 +193,8 @@ nft_down() {
 
 gateway_up() {
 	case $1 in
-	natrix) natrix_up "$MAX_SCALE" ;;
+	natrix) natrix_up natrix "$MAX_SCALE" ;;
+	natrixdet) natrix_up natrixdet 0 ;;
 	nft) nft_up ;;
 	kernel) ;;
 	xdpfwd) in_ns "$(gwns xdpfwd)" "$NATRIX" bench attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
@@ -191,7 +207,7 @@ gateway_up() {
 
 gateway_down() {
 	case $1 in
-	natrix) natrix_down ;;
+	natrix | natrixdet) natrix_down "$1" ;;
 	nft) nft_down ;;
 	kernel) ;;
 	xdpfwd) "$NATRIX" bench detach --pin "$PIN/fwd" ;;
@@ -205,7 +221,7 @@ e2e() { # e2e GATEWAY CASE ARGS...
 	local gw=$1 case=$2 sink=$PIN/sink-$1 extra=()
 	shift 2
 	[[ $gw == direct ]] && sink=$PIN/direct
-	[[ $gw == natrix ]] && extra+=(--natrix-pin "$PIN/natrix")
+	[[ $gw == natrix || $gw == natrixdet ]] && extra+=(--natrix-pin "$PIN/$gw")
 	local line
 	if ! line=$(in_ns $GEN taskset -c $CPU "$NATRIX" bench e2e --dev "g$gw" --dst-mac "$(mac "$(gwns "$gw")" nxbin)" \
 		--sink-pin "$sink" --gateway "$gw" --case "$case" --round "$ROUND" --subs "$SUBS" \
@@ -222,7 +238,7 @@ print("%5s B %8s flows %-6s %-4s %8.3f Mpps %6.2f Gbit/s loss %5.1f%%" % (r["siz
 profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile (round 1)
 	((ROUND == 1)) || return 0
 	case $1 in
-	natrix) echo --profile "$PIN/natrix/link_nxbin" ;;
+	natrix | natrixdet) echo --profile "$PIN/$1/link_nxbin" ;;
 	xdpfwd) echo --profile "$PIN/fwd/link_nxbin" ;;
 	esac
 }
@@ -232,11 +248,11 @@ profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile 
 # by more than the differences measured (docs/PERFORMANCE.md, "Method"). natrix starts each
 # round on fresh tables; the others stay up for the whole run.
 stateful() { [[ $1 == natrix || $1 == nft ]]; }
-setup_only() { [[ $1 == setupfloor ]]; } # measured on new flows only
+setup_only() { [[ $1 == setupfloor || $1 == natrixdet ]]; } # measured on new flows only
 has() { [[ " $GATEWAYS " == *" $1 "* ]]; } # is gateway $1 part of this run
 round() {
 	local gws=("$@") gw s c p est
-	has natrix && natrix_up "$MAX_SCALE"
+	has natrix && natrix_up natrix "$MAX_SCALE"
 	local pass passes pass_order
 	for s in $SIZES; do
 		# the first target is judged on 64-byte frames: measured PASSES64 times a round, the
@@ -280,7 +296,8 @@ round() {
 	done
 	# connection setups: every packet a new flow, on fresh state (UDP and TCP flows use
 	# different outside ports and sessions, so natrix needs one restart for both)
-	has natrix && { natrix_down; natrix_up 0; }
+	has natrix && { natrix_down natrix; natrix_up natrix 0; }
+	has natrixdet && natrix_up natrixdet 0
 	# the protocol measured second on a daemon tends to be the slower (docs/PERFORMANCE.md,
 	# R22): the order alternates from round to round so that neither always takes that turn
 	local protos=(udp tcp)
@@ -294,7 +311,8 @@ round() {
 		done
 	done
 	has nft && nft_flush
-	natrix_down
+	natrix_down natrix
+	natrix_down natrixdet
 }
 
 # ---- run -----------------------------------------------------------------------------------
@@ -331,7 +349,7 @@ for l in open(sys.argv[1]):
 
 # the stateless gateways and nftables' rules stay up for the whole run (conntrack is
 # flushed where a case needs fresh state); natrix is started by each round
-for g in $GATEWAYS; do [[ $g == natrix ]] || gateway_up "$g"; done
+for g in $GATEWAYS; do [[ $g == natrix || $g == natrixdet ]] || gateway_up "$g"; done
 for ROUND in $(seq 1 "$ROUNDS"); do
 	# rotate the order each round, so that no gateway always runs first (or last)
 	read -ra gws <<<"$GATEWAYS"

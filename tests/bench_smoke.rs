@@ -54,8 +54,8 @@ fn bench_smoke_runs_and_reports() {
         );
     }
     // new flows of both kinds were set up (the new-flow table has room for both runs), by
-    // natrix and by the setup floor beside it
-    for gw in ["natrix", "setupfloor"] {
+    // natrix in both allocation modes and by the setup floor beside them
+    for gw in ["natrix", "natrixdet", "setupfloor"] {
         for proto in ["udp", "tcp"] {
             assert!(
                 e2e.iter().any(|r| r["gateway"] == gw

@@ -244,3 +244,25 @@ fn det_a_full_range_refuses_and_keeps_the_rest() {
         into(env, &Pkt::udp(SERVER, 53, a.0, a.1), (ip, 30000), "first still answered");
     });
 }
+
+/// One subscriber to a pool address: a range of the whole 64512 ports. Mappings anywhere in
+/// it, offsets beyond 32767 included, are found again and answered.
+#[test]
+fn det_whole_address_ranges() {
+    let c = det().set("nat", "deterministic_subscribers", "\"100.64.0.0/29\"");
+    with_env(&c, |env| {
+        let ip = sub(3); // 100.64.0.4, subscriber 4: pool address 4, ports 1024-65535
+        let (addr, first) = range(env, ip);
+        assert_eq!((addr, first), (4, 1024));
+        let mut high = 0;
+        for inp in (40000u16..40040).step_by(2) {
+            let o = out(env, &Pkt::udp(ip, inp, SERVER, 53), "out");
+            assert_eq!(o.0, env.cfg.pool.addresses[4], "its own address");
+            assert_eq!(o.1 as u32, first_candidate(env, ip, 1, inp), "the walk's candidate");
+            high += (o.1 as u32 - first >= 32768) as u32;
+            assert_eq!(out(env, &Pkt::udp(ip, inp, SERVER2, 9), "EIM"), o, "found again");
+            into(env, &Pkt::udp(SERVER, 53, o.0, o.1), (ip, inp), "reply");
+        }
+        assert!(high > 0, "no mapping landed in the upper half of the range");
+    });
+}

@@ -389,13 +389,26 @@ fn expiry_with_short_timeouts() {
 // ---------------------------------------------------------------------------------------
 // 5. restart
 
-fn restart_keeps_live_tcp(sig: libc::c_int) {
+fn restart_keeps_live_tcp(sig: libc::c_int, deterministic: bool) {
     let mut t = Topo::new();
-    let cfg = started_default(&mut t);
+    let mut conf = t.conf();
+    if deterministic {
+        // 512 subscribers on the 9 pool addresses: 57 to an address, 1130 ports each
+        conf.unset("nat.block_size")
+            .unset("nat.max_blocks_per_subscriber")
+            .set("nat.mode", r#""deterministic""#)
+            .set("nat.deterministic_subscribers", r#""100.64.0.0/23""#);
+    }
+    let cfg = started(&mut t, &conf);
     let server = TcpServer::start(&t.srv, SERVER_IP);
     let mut c = TcpClient::connect(&t.s1, server.addr);
     let out0 = c.who();
     assert_pool(out0, "peer before the restart");
+    if deterministic {
+        // s1 is 100.64.0.2, subscriber 2: pool address 0, ports 1024 + 2 * 1130 ..
+        assert_eq!(*out0.ip(), std::net::Ipv4Addr::new(203, 0, 113, 16), "s1's pool address");
+        assert!((3284..4414).contains(&out0.port()), "s1's port {} outside its range", out0.port());
+    }
     assert_eq!(c.get(MB), c.get(MB));
     let session_of = |t: &Topo, local: SocketAddrV4| {
         let sess = t.sessions();
@@ -455,12 +468,20 @@ fn restart_keeps_live_tcp(sig: libc::c_int) {
 
 #[test]
 fn restart_after_sigterm_keeps_a_live_tcp_connection() {
-    restart_keeps_live_tcp(libc::SIGTERM);
+    restart_keeps_live_tcp(libc::SIGTERM, false);
 }
 
 #[test]
 fn restart_after_crash_keeps_a_live_tcp_connection() {
-    restart_keeps_live_tcp(libc::SIGKILL);
+    restart_keeps_live_tcp(libc::SIGKILL, false);
+}
+
+/// Deterministic NAT (RFC 7422) through real sockets: s1's connection leaves from the
+/// address and range its own address gives it, and a crash and takeover keep it (its
+/// mapping is a port word in the pinned port array).
+#[test]
+fn deterministic_mode_translates_and_survives_a_crash() {
+    restart_keeps_live_tcp(libc::SIGKILL, true);
 }
 
 /// Restarts while a subscriber sends a steady UDP stream: every datagram that reaches the

@@ -273,44 +273,48 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
             ),
         });
     }
-    for proto in ["udp", "tcp"] {
-        if let (Some(n), Some(f)) =
-            (find(e, "natrix", "newflow", proto, 64), find(e, "nft", "newflow", proto, 64))
-        {
-            let cap = f.gateway_ns / n.gateway_ns;
-            // what the hardware allows: the forwarder plus one table line read and written
-            // per new connection, against the same nftables figure
-            let floor = find(e, "setupfloor", "newflow", proto, 64)
-                .map(|x| {
-                    format!(
-                        "; the setup floor (forwarder + one table line per setup): {:.0} ns, {} nftables",
-                        x.gateway_ns,
-                        fmt_ratio(f.gateway_ns / x.gateway_ns)
-                    )
-                })
-                .unwrap_or_default();
-            t.push(Target {
-                name: format!(
-                    "natrix vs nftables, new flows ({}), connection setups/s",
-                    proto.to_uppercase()
-                ),
-                want: "≥ 4×".into(),
-                got: format!(
-                    "{} per gateway CPU ({} of the whole path)",
-                    fmt_ratio(cap),
-                    fmt_ratio(n.pps / f.pps)
-                ),
-                met: cap >= 4.0,
-                detail: format!(
-                    "{:.0} vs {:.0} setups/s per gateway CPU; {:.0} vs {:.0} ns per setup{}{}",
-                    n.capacity_pps,
-                    f.capacity_pps,
-                    n.gateway_ns,
-                    f.gateway_ns,
-                    fmt_rounds(&round_ratios(recs, "natrix", "nft", "newflow", proto, 64)),
-                    floor
-                ),
-            });
+    // natrix in each allocation mode measured: the default (dynamic port blocks) and
+    // deterministic NAT (RFC 7422, bpf/nx_det.h), side by side in the same rounds
+    for (gw, mode) in [("natrix", ""), ("natrixdet", " deterministic (RFC 7422)")] {
+        for proto in ["udp", "tcp"] {
+            if let (Some(n), Some(f)) =
+                (find(e, gw, "newflow", proto, 64), find(e, "nft", "newflow", proto, 64))
+            {
+                let cap = f.gateway_ns / n.gateway_ns;
+                // what the hardware allows: the forwarder plus one table line read and written
+                // per new connection, against the same nftables figure
+                let floor = find(e, "setupfloor", "newflow", proto, 64)
+                    .map(|x| {
+                        format!(
+                            "; the setup floor (forwarder + one table line per setup): {:.0} ns, {} nftables",
+                            x.gateway_ns,
+                            fmt_ratio(f.gateway_ns / x.gateway_ns)
+                        )
+                    })
+                    .unwrap_or_default();
+                t.push(Target {
+                    name: format!(
+                        "natrix{mode} vs nftables, new flows ({}), connection setups/s",
+                        proto.to_uppercase()
+                    ),
+                    want: "≥ 4×".into(),
+                    got: format!(
+                        "{} per gateway CPU ({} of the whole path)",
+                        fmt_ratio(cap),
+                        fmt_ratio(n.pps / f.pps)
+                    ),
+                    met: cap >= 4.0,
+                    detail: format!(
+                        "{:.0} vs {:.0} setups/s per gateway CPU; {:.0} vs {:.0} ns per setup{}{}",
+                        n.capacity_pps,
+                        f.capacity_pps,
+                        n.gateway_ns,
+                        f.gateway_ns,
+                        fmt_rounds(&round_ratios(recs, gw, "nft", "newflow", proto, 64)),
+                        floor
+                    ),
+                });
+            }
         }
     }
     // 3. established cost vs the forwarder, and flat over the session count
@@ -459,9 +463,10 @@ fn markdown(
     rounds: usize,
 ) -> String {
     let mut m = String::new();
-    let gws = ["natrix", "nft", "kernel", "xdpfwd", "setupfloor", "direct"];
+    let gws = ["natrix", "natrixdet", "nft", "kernel", "xdpfwd", "setupfloor", "direct"];
     let name = |g: &str| match g {
         "natrix" => "natrix",
+        "natrixdet" => "natrix, deterministic (RFC 7422)",
         "nft" => "nftables snat",
         "kernel" => "kernel forwarding",
         "xdpfwd" => "XDP forwarder",

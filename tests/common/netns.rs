@@ -578,6 +578,17 @@ impl Conf {
         self
     }
 
+    /// Removes `section.key`.
+    pub fn unset(&mut self, dotted: &str) -> &mut Self {
+        let (sec, key) = dotted.split_once('.').expect("section.key");
+        for ((_, s), entries) in self.0.iter_mut() {
+            if s == sec {
+                entries.retain(|(k, _)| k != key);
+            }
+        }
+        self
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         for ((_, sec), entries) in &self.0 {
