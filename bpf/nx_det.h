@@ -22,9 +22,9 @@
  * daemon frees it only when no live word's walk passes it (linear probing's deletion
  * rule). So no walk ever crosses a FREE word on its way to its endpoint's mapping.
  *
- * Creating is serialised per endpoint by the tables' lock stripes (two CPUs opening
- * connections from one endpoint end with one mapping); lookups and session counts are
- * lock-free compare-and-swap. The last session's expiry (the reaper) puts the port on
+ * A packet that may open a connection walks under the endpoint's lock stripe (two CPUs
+ * opening connections from one endpoint end with one mapping); lookups are lock-free,
+ * session counts compare-and-swap. The last session's expiry (the reaper) puts the port on
  * hold-down, as in dynamic mode. */
 #ifndef NX_DET_H
 #define NX_DET_H
@@ -95,8 +95,8 @@ struct nx_dwalk {
 	__u32 base;   /* nx_ports index of the range's first port */
 	__u16 nports; /* det_ports */
 	__u16 start;  /* first candidate's offset */
-	__u32 now_s;  /* CLOCK_MONOTONIC second; 0 in a walk that claims nothing */
-	__u32 hold;   /* HELD is claimable when now_s - released >= hold */
+	__u32 now_s;  /* CLOCK_MONOTONIC second, read at the first HELD word a claim meets */
+	__u32 hold;   /* HELD is claimable when now_s - released >= hold; ~0: claims nothing */
 	__s32 found;  /* offset of the endpoint's word, or -1 */
 	__s32 avail;  /* offset of the first claimable word, or -1 */
 };
@@ -133,8 +133,13 @@ static long nx_det_walk_cb(__u64 i, void *vctx)
 		d->found = (__s32)k;
 		return 1;
 	}
-	if (d->avail < 0 && nx_det_claimable(w, d->now_s, d->hold))
-		d->avail = (__s32)k;
+	if (d->avail < 0 && d->hold != ~0u && NX_PORT_STATE(w) == NX_PORT_HELD) {
+		/* the clock only when it matters: most claims meet no HELD word */
+		if (!d->now_s)
+			d->now_s = (__u32)(bpf_ktime_get_ns() / 1000000000ULL);
+		if (nx_det_claimable(w, d->now_s, d->hold))
+			d->avail = (__s32)k;
+	}
 	return 0;
 }
 
@@ -166,18 +171,22 @@ __noinline long nx_det_map(__u32 sip, __u32 pp, __u32 create)
 	n = cfg->det_probe;
 	if (n > d.nports / 2)
 		n = d.nports / 2;
-	bpf_loop(n, nx_det_walk_cb, &d, 0);
-	if (d.found >= 0)
-		goto found;
-	if (!create)
+	if (!create) {
+		/* a lookup: lock-free, claims nothing */
+		d.hold = ~0u;
+		bpf_loop(n, nx_det_walk_cb, &d, 0);
+		if (d.found >= 0)
+			goto found;
 		return -NX_DROP_NO_MAPPING;
-
+	}
+	/* a packet that may open a connection: one walk under the endpoint's lock finds its
+	 * mapping or the word to claim (no lock-free walk first: a new connection's endpoint
+	 * usually has no mapping yet) */
 	lock = nx_tab_lock(h);
 	if (!lock)
 		return -NX_DROP_INTERNAL;
 	if (nx_tab_lock_take(lock) < 0)
 		return -NX_DROP_TABLE_BUSY;
-	d.now_s = (__u32)(bpf_ktime_get_ns() / 1000000000ULL);
 	d.hold = cfg->hold_down_s;
 	for (int t = 0; t < 3; t++) {
 		d.found = -1;

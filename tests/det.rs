@@ -12,6 +12,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use common::pkt::*;
+use natrix::dataplane::ip_from_be;
 use natrix::tables::{det_start, PORT_HELD, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED};
 
 /// 256 subscribers (100.64.0.0/24) on the 8 pool addresses: 32 to an address, 2016 ports
@@ -264,5 +265,49 @@ fn det_whole_address_ranges() {
             into(env, &Pkt::udp(SERVER, 53, o.0, o.1), (ip, inp), "reply");
         }
         assert!(high > 0, "no mapping landed in the upper half of the range");
+    });
+}
+
+/// ICMP errors both ways and hairpinning on deterministic mappings: an inbound error about
+/// a datagram natrix sent is translated to the subscriber (the port word names it), an
+/// error a subscriber sends about a datagram it received is translated out (its mapping
+/// found by the walk), and a subscriber reaches another one through its outside endpoint.
+#[test]
+fn det_icmp_errors_and_hairpin() {
+    with_env(&det(), |env| {
+        let p = Pkt::udp(sub(1), 40000, SERVER, 53).payload(b"query");
+        let o = out(env, &p, "UDP out");
+        // inbound error
+        let sent = ip_bytes(&p.clone().with_src(o.0, o.1).forwarded().build(), 548);
+        let as_inside = ip_bytes(&p.clone().forwarded().build(), 548);
+        let err = Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &sent);
+        let f = env.expect_verdict(Side::Outside, &err.build(), XDP_REDIRECT, "error in");
+        let exp = Pkt::icmp_err(SERVER, sub(1), 3, 3, [0; 4], &as_inside).forwarded().build();
+        assert_frame_eq(&f, &exp, "ICMP error translated to the subscriber");
+        assert_csums(&f, "error in");
+        // outbound error about the reply it got
+        let r = Pkt::udp(SERVER, 53, o.0, o.1).payload(b"reply");
+        into(env, &r, (sub(1), 40000), "reply in");
+        let received = ip_bytes(&r.clone().with_dst(sub(1), 40000).forwarded().build(), 548);
+        let as_sent = ip_bytes(&r.clone().forwarded().build(), 548);
+        let err = Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &received);
+        let f = env.expect_verdict(Side::Inside, &err.build(), XDP_REDIRECT, "error out");
+        let mut exp = Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &as_sent).forwarded();
+        exp.src = o.0;
+        assert_frame_eq(&f, &exp.build(), "ICMP error from the subscriber, translated");
+        assert_csums(&f, "error out");
+        assert_eq!(env.sessions().len(), 1, "one flow, one session; the errors made none");
+        // hairpin: sub(2) to sub(1)'s outside endpoint
+        let h = Pkt::udp(sub(2), 41000, o.0, o.1).payload(b"hello");
+        let f = env.expect_verdict(Side::Inside, &h.build(), XDP_REDIRECT, "hairpin");
+        let bm = env.mapping(sub(2), 41000, UDP).expect("sub(2)'s mapping");
+        let b_out = (ip_from_be(bm.out_ip), u16::from_be(bm.out_port));
+        assert_eq!(b_out.0, env.cfg.pool.addresses[range(env, sub(2)).0 as usize], "its own address");
+        assert_frame_eq(
+            &f,
+            &h.clone().with_src(b_out.0, b_out.1).with_dst(sub(1), 40000).forwarded().build(),
+            "hairpinned: sub(2)'s outside source, sub(1)'s inside destination",
+        );
+        assert_csums(&f, "hairpin");
     });
 }
