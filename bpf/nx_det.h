@@ -303,6 +303,15 @@ static __always_inline int nx_det_unref(struct nx_config *cfg, struct nx_map_key
 		if (__sync_val_compare_and_swap(pw, old, nw) == old)
 			return NX_PORT_STATE(nw) == NX_PORT_HELD;
 	}
+	/* Lost to busy session counting eight times: this session's count is still on the
+	 * word, so the word stays the endpoint's and a plain atomic subtract is safe. Had it
+	 * been the last one, the word goes on hold-down here, or, if a new session counted
+	 * itself meanwhile, stays; a word left with no session is the daemon's (two sweeps). */
+	old = __sync_fetch_and_sub(pw, NX_PORT_NSESS_ONE);
+	if ((old & NX_PORT_NSESS_MASK) == NX_PORT_NSESS_ONE &&
+	    __sync_val_compare_and_swap(pw, key, (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s) ==
+		key)
+		return 1;
 	return 0;
 }
 

@@ -184,6 +184,11 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 		goto translate;
 	}
+	/* TCP or UDP to port 0 (reserved, RFC 6335) has the key of an address-dependent
+	 * filtering record: it must neither pass as that record's flow nor count on a
+	 * mapping through it */
+	if (s && (s->flags & NX_SF_PERMIT))
+		return NX_DROP_MALFORMED_L4;
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;

@@ -494,12 +494,14 @@ impl Dataplane {
             }
             // a deterministic subscriber's range is where its mappings are
             let new = nx_config_from(cfg, 0, seed);
-            if (old.det_base, old.det_count, old.det_per_addr, old.det_ports)
-                != (new.det_base, new.det_count, new.det_per_addr, new.det_ports)
+            // ... and where each endpoint's walk starts (the parity) and how far it goes
+            let parity = |c: &nx_config| c.det_count != 0 && c.flags & 1 != 0;
+            if (old.det_base, old.det_count, old.det_per_addr, old.det_ports, old.det_probe, parity(&old))
+                != (new.det_base, new.det_count, new.det_per_addr, new.det_ports, new.det_probe, parity(&new))
             {
                 return Err(DataplaneError::Incompatible {
                     pin,
-                    what: "nat.mode, nat.deterministic_subscribers or nat.deterministic_ports".into(),
+                    what: "nat.mode, nat.deterministic_subscribers, nat.deterministic_ports, nat.deterministic_probe or (deterministic) nat.port_parity".into(),
                 });
             }
             hint = old.addr_hint;

@@ -311,3 +311,30 @@ fn det_icmp_errors_and_hairpin() {
         assert_csums(&f, "hairpin");
     });
 }
+
+/// Address-dependent filtering keeps a record keyed like a flow to remote port 0: a TCP or
+/// UDP packet to port 0 (reserved) is dropped, and counts nothing on the mapping's word.
+#[test]
+fn det_adf_record_is_not_a_flow() {
+    with_env(&det().set("nat", "filtering", "\"address-dependent\""), |env| {
+        let o = out(env, &Pkt::udp(sub(4), 40000, SERVER, 53), "UDP out (makes the record)");
+        let (addr, _) = range(env, sub(4));
+        for _ in 0..3 {
+            let before = env.stats();
+            env.expect_verdict(
+                Side::Inside,
+                &Pkt::udp(sub(4), 40000, SERVER, 0).build(),
+                XDP_DROP,
+                "to port 0",
+            );
+            env.assert_counters(&before, &[("rx_inside", 1), ("malformed_l4", 1)], "to port 0");
+        }
+        assert_eq!(nsess(env.port_word(addr, UDP, o.1)), 1, "still one session counted");
+        into(
+            env,
+            &Pkt::udp(SERVER, 99, o.0, o.1),
+            (sub(4), 40000),
+            "another port of a contacted address (ADF)",
+        );
+    });
+}
