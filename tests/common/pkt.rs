@@ -340,6 +340,7 @@ pub fn with_env<F: FnOnce(&Env) + Send>(cfg: &Cfg, f: F) {
     let res = std::thread::scope(|s| {
         s.spawn(move || {
             enter_netns(&name);
+            pin_to_this_cpu();
             let env = Env::new(&toml, &name);
             f(&env);
         })
@@ -348,6 +349,23 @@ pub fn with_env<F: FnOnce(&Env) + Send>(cfg: &Cfg, f: F) {
     drop(ns);
     if let Err(p) = res {
         std::panic::resume_unwind(p);
+    }
+}
+
+/// Keeps the test's thread on the CPU it runs on: BPF_PROG_TEST_RUN runs the program there,
+/// and per-CPU state (the FIB cache, counters' slots, the ICMP token bucket) must be the
+/// same CPU's from one packet of a test to the next, even when the scheduler would move it.
+fn pin_to_this_cpu() {
+    // SAFETY: sched_getcpu and sched_setaffinity on the calling thread, with a zeroed,
+    // then filled, cpu_set_t of the right size.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 {
+            return;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
