@@ -208,18 +208,16 @@ __noinline long nx_det_map(__u32 sip, __u32 pp, __u32 create)
 		nx_count(NX_STAT_ALLOC_RETRY);
 	}
 	nx_tab_lock_drop(lock);
-	if (d.found >= 0)
-		goto found;
-	if (!claimed)
-		return -NX_DROP_QUOTA_EXCEEDED;
-	nx_count(NX_STAT_MAP_CREATED);
-	if (nx_det_fill(sip, bpf_htons((__u16)pp), pp >> 16, a, first + (__u32)d.avail) < 0)
-		return -NX_DROP_INTERNAL;
-	return 1L << 32 | (long)a << 16 | (first + (__u32)d.avail);
+	if (d.found < 0) {
+		if (!claimed)
+			return -NX_DROP_QUOTA_EXCEEDED;
+		nx_count(NX_STAT_MAP_CREATED);
+		d.found = d.avail;
+	}
 found:
 	if (nx_det_fill(sip, bpf_htons((__u16)pp), pp >> 16, a, first + (__u32)d.found) < 0)
 		return -NX_DROP_INTERNAL;
-	return (long)a << 16 | (first + (__u32)d.found);
+	return (long)claimed << 32 | (long)a << 16 | (first + (__u32)d.found);
 }
 
 /* The mapping the last nx_det_fill on this CPU left. */
