@@ -14,6 +14,9 @@ check pkg-config pkg-config
 check /usr/include/libelf.h libelf-dev
 check /usr/include/zlib.h zlib1g-dev
 check /usr/include/linux/bpf.h linux-libc-dev
+# clang -target bpf defines no __x86_64__, so glibc's headers (linux/if.h includes
+# sys/socket.h) ask for the 32-bit stubs
+if [[ $(uname -m) == x86_64 ]]; then check /usr/include/x86_64-linux-gnu/gnu/stubs-32.h libc6-dev-i386; fi
 check make make
 check ip iproute2
 check ethtool ethtool
