@@ -9,10 +9,13 @@
  * Inside the range, an inside endpoint's mapping is the USED port word naming it (address,
  * port, and a count of its sessions in bits 61..48). There is no mapping table: a new
  * connection touches its session's line and its port word's line, nothing else
- * (docs/PERFORMANCE.md, R26). The word is found from the endpoint by a walk along one
- * parity of the range: it starts at the pair a keyed hash of the endpoint picks (RFC 6056
- * algorithm 3, without the remote endpoint, as endpoint-independent mapping requires; the
- * key is the tables' secret seed) and goes on pair by pair, at most det_probe pairs:
+ * (docs/PERFORMANCE.md, R26). The word is found from the endpoint by a walk: it starts at
+ * the pair a keyed hash of the endpoint picks (RFC 6056 algorithm 3, without the remote
+ * endpoint, as endpoint-independent mapping requires; the key is the tables' secret seed)
+ * and goes on pair by pair along the endpoint's parity, at most det_probe pairs; then,
+ * only if that part met no FREE word, along the other parity from the same pair, at most
+ * det_probe pairs more (the parity fallback: endpoints that all use one parity, as TCP
+ * connect() on Linux does, still get the whole range). On the way:
  *   - the endpoint's word: that is its mapping;
  *   - a FREE word ends the walk: the endpoint has no mapping;
  *   - anything else (another endpoint's word, a port on hold-down) is walked past.
@@ -46,8 +49,8 @@ static __always_inline __u64 nx_det_hash(struct nx_config *cfg, __u32 sip, __u32
 }
 
 /* The first candidate's offset in the range: 2 * pair + parity. The parity is the inside
- * port's when port parity is on (RFC 4787 section 4.2.2), else a bit of the hash,
- * so that every lookup of the endpoint walks the same chain. */
+ * port's when port parity is on (RFC 4787 section 4.2.2), else a bit of the hash, so
+ * that every lookup of the endpoint walks the same chains in the same order. */
 static __always_inline __u32 nx_det_start(struct nx_config *cfg, __u64 h, __u32 pp, __u32 first)
 {
 	__u32 npairs = cfg->det_ports / 2, par;
@@ -95,6 +98,7 @@ struct nx_dwalk {
 	__u32 base;   /* nx_ports index of the range's first port */
 	__u16 nports; /* det_ports */
 	__u16 start;  /* first candidate's offset */
+	__u32 probe;  /* pairs walked on each parity */
 	__u32 now_s;  /* CLOCK_MONOTONIC second, read at the first HELD word a claim meets */
 	__u32 hold;   /* HELD is claimable when now_s - released >= hold; ~0: claims nothing */
 	__s32 found;  /* offset of the endpoint's word, or -1 */
@@ -114,9 +118,14 @@ static __always_inline int nx_det_claimable(__u64 w, __u32 now_s, __u32 hold)
 static long nx_det_walk_cb(__u64 i, void *vctx)
 {
 	struct nx_dwalk *d = vctx;
-	__u32 k = d->start + 2 * (__u32)i, idx;
+	__u32 k, idx;
 	__u64 *pw, w;
 
+	/* the endpoint's parity first, then the other one from the same pair */
+	if ((__u32)i < d->probe)
+		k = d->start + 2 * (__u32)i;
+	else
+		k = (d->start ^ 1) + 2 * ((__u32)i - d->probe);
 	if (k >= d->nports)
 		k -= d->nports;
 	idx = d->base + k;
@@ -171,6 +180,8 @@ __noinline long nx_det_map(__u32 sip, __u32 pp, __u32 create)
 	n = cfg->det_probe;
 	if (n > d.nports / 2)
 		n = d.nports / 2;
+	d.probe = n;
+	n *= 2; /* both parities' parts: a FREE word ends the walk before the second */
 	if (!create) {
 		/* a lookup: lock-free, claims nothing */
 		d.hold = ~0u;

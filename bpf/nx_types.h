@@ -115,7 +115,8 @@ struct nx_config {
 	 * prefix starting at det_base (host order) owns det_ports outside ports from
 	 * port_lo + (i % det_per_addr) * det_ports on pool address i / det_per_addr, on every
 	 * protocol. Its port words are its mappings; a lookup or claim walks at most
-	 * det_probe pairs of one parity from the endpoint's hashed candidate. */
+	 * det_probe pairs of the endpoint's parity from its hashed candidate, then (when
+	 * those held no FREE word) at most det_probe pairs of the other parity. */
 	__u32 det_base;
 	__u32 det_count;
 	__u32 det_per_addr;

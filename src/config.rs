@@ -321,12 +321,6 @@ impl Config {
         let exclude = parse_exclude(&table_array(&root, "exclude", MAX_EXCLUDES)?, &pool_entries)?;
         let forwards = parse_forwards(&table_array(&root, "forward", MAX_FORWARDS)?, &pool)?;
         let nat = parse_nat(&Section::open(&root, "nat", &empty)?, &pool)?;
-        if let Some(d) = nat.deterministic.filter(|_| nat.port_parity) {
-            warnings.push(format!(
-                "nat.port_parity with nat.mode = \"deterministic\": a mapping keeps its inside port's parity with no fallback, so endpoints that all use one parity (TCP connect() on Linux picks even ports) share half of the {} ports of a subscriber's range; nat.port_parity = false spreads them over both halves",
-                d.ports
-            ));
-        }
         if nat.deterministic.is_some() && !forwards.is_empty() {
             return Err(key_err(
                 "forward[0]",
@@ -2121,8 +2115,7 @@ sweep_interval = "250ms"
         let d = ok(&det("")).nat.deterministic.expect("deterministic");
         assert_eq!((d.count(), d.per_addr, d.ports, d.probe), (256, 32, 2016, 64));
         assert!(!ok(&det("")).nat.port_class, "port class is off in this mode");
-        assert!(ok(&det("")).warnings.iter().any(|w| w.contains("nat.port_parity")), "parity's cost said");
-        assert!(ok(&det("port_parity = false")).warnings.is_empty(), "no warning without parity");
+        assert!(ok(&det("")).warnings.is_empty(), "parity falls back: nothing to warn of");
         let d = ok(&det("deterministic_ports = 1000\ndeterministic_probe = 8")).nat.deterministic.unwrap();
         assert_eq!((d.ports, d.probe), (1000, 8));
         assert_eq!(ok(&with("")).nat.deterministic, None, "dynamic by default");

@@ -106,6 +106,16 @@ pub fn det_start(cfg: &nx_config, in_ip: u32, pidx: u32, in_port: u16, first: u3
     2 * ((h as u32) % npairs) + par
 }
 
+/// Where offset `k` of a deterministic range of `n` ports comes in the walk that starts at
+/// offset `start` (bpf/nx_det.h): `probe` pairs of the start's parity, then `probe` pairs
+/// of the other parity from the same pair. None when the walk never reaches `k`.
+pub fn det_walk_pos(start: u32, k: u32, probe: u32, n: u32) -> Option<u32> {
+    let probe = probe.min(n / 2);
+    let (from, part) = if (k ^ start) & 1 == 0 { (start, 0) } else { (start ^ 1, probe) };
+    let d = (k + n - from) % n / 2;
+    (d < probe).then_some(part + d)
+}
+
 /// The first port of the deterministic range that outside `port` (host order) falls in,
 /// or None when it is outside every range.
 pub fn det_first(cfg: &nx_config, port: u32) -> Option<u32> {
@@ -819,6 +829,27 @@ mod tests {
             seen[i] = true;
         }
         assert!(seen.iter().all(|s| *s), "a counter of enum nx_stat has no name");
+    }
+
+    #[test]
+    fn det_walk_positions() {
+        // 16 ports (8 pairs), 3 pairs a part, walk from offset 13 (odd): 13, 15, 1, then
+        // the even part from 12: 12, 14, 0; nothing else is reached
+        let pos: Vec<Option<u32>> = (0..16).map(|k| det_walk_pos(13, k, 3, 16)).collect();
+        let want = |k: u32| match k {
+            13 => Some(0),
+            15 => Some(1),
+            1 => Some(2),
+            12 => Some(3),
+            14 => Some(4),
+            0 => Some(5),
+            _ => None,
+        };
+        assert_eq!(pos, (0..16).map(want).collect::<Vec<_>>());
+        // a probe beyond the chain is the whole chain: every offset is reached once
+        let mut all: Vec<u32> = (0..16).filter_map(|k| det_walk_pos(4, k, 99, 16)).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..16).collect::<Vec<_>>());
     }
 
     #[test]

@@ -225,24 +225,84 @@ fn det_expiry_holds_down_then_frees() {
     });
 }
 
-/// The range is the quota: with 4 ports a subscriber (2 of each parity), a third mapping
-/// of one parity is refused with ICMP 3/13 and the others are kept.
+/// The range is the quota, and parity falls back: with 4 ports a subscriber (2 of each
+/// parity) and four even inside ports, the first two keep their parity, the next two fall
+/// back to the odd ports (found again, answered); a fifth mapping of either parity is
+/// refused with ICMP 3/13 and the others are kept.
 #[test]
-fn det_a_full_range_refuses_and_keeps_the_rest() {
+fn det_parity_falls_back_and_a_full_range_refuses_and_keeps_the_rest() {
     let c = det().set("nat", "deterministic_ports", "4");
     with_env(&c, |env| {
         let ip = sub(1);
-        let a = out(env, &Pkt::udp(ip, 30000, SERVER, 53), "first even");
-        let b = out(env, &Pkt::udp(ip, 30002, SERVER, 53), "second even");
-        assert_ne!(a.1, b.1, "two ports");
-        let p = Pkt::udp(ip, 30004, SERVER, 53);
-        let before = env.stats();
-        let (v, _) = env.inside(&p.build());
-        assert_eq!(verdict_name(v), "XDP_REDIRECT", "ICMP 3/13 back to the subscriber");
-        env.assert_some_counters(&before, &[("quota_exceeded", 1), ("icmp_sent", 1)], "range full");
-        assert_eq!(env.mappings().len(), 2, "the two mappings kept");
-        out(env, &Pkt::udp(ip, 30001, SERVER, 53), "an odd port still has room");
-        into(env, &Pkt::udp(SERVER, 53, a.0, a.1), (ip, 30000), "first still answered");
+        let (_, first) = range(env, ip);
+        let eps: Vec<(u16, Ep)> = (30000u16..30008)
+            .step_by(2)
+            .map(|p| (p, out(env, &Pkt::udp(ip, p, SERVER, 53), "even inside port")))
+            .collect();
+        let mut ports: Vec<u16> = eps.iter().map(|(_, o)| o.1).collect();
+        let odd: Vec<u32> = ports.iter().map(|&p| p as u32 & 1).collect();
+        assert_eq!(odd, [0, 0, 1, 1], "parity kept while there is room, then the other one");
+        ports.sort_unstable();
+        assert_eq!(ports, (first..first + 4).map(|p| p as u16).collect::<Vec<_>>(), "the range");
+        for (p, o) in &eps {
+            assert_eq!(out(env, &Pkt::udp(ip, *p, SERVER2, 9), "EIM"), *o, "found again");
+            into(env, &Pkt::udp(SERVER2, 9, o.0, o.1), (ip, *p), "answered");
+        }
+        for p in [30008u16, 30001] {
+            let before = env.stats();
+            let (v, _) = env.inside(&Pkt::udp(ip, p, SERVER, 53).build());
+            assert_eq!(verdict_name(v), "XDP_REDIRECT", "ICMP 3/13 back to the subscriber");
+            env.assert_some_counters(&before, &[("quota_exceeded", 1), ("icmp_sent", 1)], "full");
+        }
+        assert_eq!(env.mappings().len(), 4, "the four mappings kept");
+        into(env, &Pkt::udp(SERVER, 53, eps[0].1 .0, eps[0].1 .1), (ip, 30000), "first answered");
+    });
+}
+
+/// The deletion rule across parities: a word on hold-down that only a fallen-back
+/// mapping's walk passes (on the other parity) is kept while that mapping lives, and
+/// freed once it is gone. With 4 ports a subscriber: A and B on the two even ports, each
+/// at the start of its walk; C (even inside port) falls back to an odd port after walking
+/// both even ones. A expires: nothing on its own parity needs its word, C's walk does.
+#[test]
+fn det_a_held_word_a_fallen_back_walk_passes_is_kept() {
+    let c = short(det()).set("nat", "deterministic_ports", "4");
+    with_env(&c, |env| {
+        let ip = sub(2);
+        let (addr, first) = range(env, ip);
+        let start = |p: u16| first_candidate(env, ip, 1, p) - first;
+        let pa = (20000u16..30000).step_by(2).find(|&p| start(p) == 0).expect("a start at 0");
+        let pb = (20000u16..30000).step_by(2).find(|&p| start(p) == 2).expect("a start at 2");
+        let pc = (pb + 2..30000).step_by(2).find(|&p| p != pa).expect("a third port");
+        let oa = out(env, &Pkt::udp(ip, pa, SERVER, 53), "A");
+        let ob = out(env, &Pkt::udp(ip, pb, SERVER, 53), "B");
+        let oc = out(env, &Pkt::udp(ip, pc, SERVER, 53), "C");
+        assert_eq!((oa.1 as u32, ob.1 as u32), (first, first + 2), "A and B at their starts");
+        assert_eq!(oc.1 & 1, 1, "C fell back to an odd port");
+        // A expires; B and C are kept alive; A's hold-down and the daemon's margin pass
+        for _ in 0..7 {
+            sleep(Duration::from_millis(700));
+            out(env, &Pkt::udp(ip, pb, SERVER, 53), "B refreshed");
+            out(env, &Pkt::udp(ip, pc, SERVER, 53), "C refreshed");
+            env.sweep();
+        }
+        let wa = env.port_word(addr, UDP, oa.1);
+        assert_eq!(wa >> PORT_STATE_SHIFT, PORT_HELD, "A's word kept for C's walk: {wa:#x}");
+        assert_eq!(out(env, &Pkt::udp(ip, pc, SERVER2, 99), "C to a new remote"), oc, "EIM");
+        into(env, &Pkt::udp(SERVER2, 99, oc.0, oc.1), (ip, pc), "reply to C");
+        // C expires too: no live walk passes A's word or C's any more
+        let mut freed = 0;
+        for _ in 0..12 {
+            sleep(Duration::from_millis(700));
+            out(env, &Pkt::udp(ip, pb, SERVER, 53), "B refreshed");
+            freed += env.sweep().ports_freed;
+            if freed == 2 {
+                break;
+            }
+        }
+        assert_eq!(freed, 2, "A's and C's words freed");
+        assert_eq!((env.port_word(addr, UDP, oa.1), env.port_word(addr, UDP, oc.1)), (0, 0));
+        assert_eq!(out(env, &Pkt::udp(ip, pb, SERVER2, 9), "B"), ob, "B kept");
     });
 }
 
