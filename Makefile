@@ -24,12 +24,12 @@ demo: build ## namespaces, gateway, traffic from two subscribers, sessions shown
 bench: build ## benchmarks: bench-results/, docs/PERFORMANCE.md (BENCH_QUICK=1: ~2 min)
 	scripts/bench.sh
 
-lint: ## formatting and clippy
+lint: deps ## formatting and clippy
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	clang-format --dry-run --Werror bpf/*.c bpf/*.h
 
-fmt: ## format Rust and C
+fmt: deps ## format Rust and C
 	$(CARGO) fmt --all
 	clang-format -i bpf/*.c bpf/*.h
 

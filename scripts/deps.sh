@@ -10,6 +10,7 @@ check() { # check <command-or-file> <debian package>
 }
 check clang clang
 check llvm-strip llvm
+check clang-format clang-format # make lint, make fmt
 check pkg-config pkg-config
 check /usr/include/libelf.h libelf-dev
 check /usr/include/zlib.h zlib1g-dev
