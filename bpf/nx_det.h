@@ -15,7 +15,7 @@
  * and goes on pair by pair along the endpoint's parity, at most det_probe pairs; then,
  * only if that part met no FREE word, along the other parity from the same pair, at most
  * det_probe pairs more (the parity fallback: endpoints that all use one parity, as TCP
- * connect() on Linux does, still get the whole range). On the way:
+ * connect() on Linux does, are not confined to half the range). On the way:
  *   - the endpoint's word: that is its mapping;
  *   - a FREE word ends the walk: the endpoint has no mapping;
  *   - anything else (another endpoint's word, a port on hold-down) is walked past.

@@ -20,8 +20,8 @@ use tracing::debug;
 
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    bytes_of, det_first, det_start, det_walk_pos, now_ns, now_tick, read_pod, MmapWords, TableError, Tables,
-    PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
+    bytes_of, det_first, det_start, det_word_needed, now_ns, now_tick, read_pod, MmapWords, TableError,
+    Tables, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
 };
 
 const NX_REAP_SESSIONS: u32 = 1;
@@ -277,41 +277,13 @@ impl Sweeper {
             };
             let base = idx - (port - first) as usize;
             let pidx = ((idx >> 16) % 3) as u32;
-            let k = port - first;
-            // does the walk of the live word at rk pass k on its way?
-            let passes = |rk: u32, rv: u64| {
-                rv >> PORT_STATE_SHIFT == PORT_USED && {
-                    let c = det_start(cfg, (rv >> 16) as u32, pidx, rv as u16, first);
-                    match (det_walk_pos(c, k, probe, n), det_walk_pos(c, rk, probe, n)) {
-                        (Some(pk), Some(pr)) => pk < pr,
-                        _ => false,
-                    }
-                }
-            };
-            // Its own parity: the live words after it, up to the first FREE one (a walk
-            // reaching one beyond that FREE word would have stopped there). The other
-            // parity: words whose endpoint's walk fell back to it after passing this
-            // one, any within probe pairs either side (such a walk met no FREE word on
-            // this word's parity, so none on that side ends the search).
-            let mut needed = false;
-            for j in 1..probe {
-                let rk = (k + 2 * j) % n;
-                let rv = words[base + rk as usize].load(Ordering::Relaxed);
-                if rv == 0 {
-                    break;
-                }
-                if passes(rk, rv) {
-                    needed = true;
-                    break;
-                }
-            }
-            if !needed {
-                let (span, back) = ((2 * probe - 1).min(n / 2), 2 * (probe - 1).min(n / 2 - 1));
-                needed = (0..span).any(|j| {
-                    let rk = ((k ^ 1) + n + 2 * j - back) % n;
-                    passes(rk, words[base + rk as usize].load(Ordering::Relaxed))
-                });
-            }
+            let needed = det_word_needed(
+                port - first,
+                n,
+                probe,
+                |o| words[base + o as usize].load(Ordering::Relaxed),
+                |rv| det_start(cfg, (rv >> 16) as u32, pidx, rv as u16, first),
+            );
             if !needed && w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 r.ports_freed += 1;
             }

@@ -171,9 +171,10 @@ fn det_a_held_word_a_live_walk_passes_is_kept_then_reused() {
         let ob = out(env, &Pkt::udp(ip, ps[1], SERVER, 53), "B");
         assert_eq!(oa.1, c, "A on the common candidate");
         assert_eq!(ob.1, c + 2, "B on the next pair of its parity");
-        // A expires; B is kept alive by traffic; A's hold-down (1 s, whole seconds) ends
-        for _ in 0..5 {
-            sleep(Duration::from_millis(700));
+        // A expires; B is kept alive by traffic (well inside its 1 s timeout); A's
+        // hold-down (1 s, whole seconds) ends
+        for _ in 0..12 {
+            sleep(Duration::from_millis(300));
             out(env, &Pkt::udp(ip, ps[1], SERVER, 53), "B refreshed");
             env.sweep();
         }
@@ -247,6 +248,17 @@ fn det_parity_falls_back_and_a_full_range_refuses_and_keeps_the_rest() {
         for (p, o) in &eps {
             assert_eq!(out(env, &Pkt::udp(ip, *p, SERVER2, 9), "EIM"), *o, "found again");
             into(env, &Pkt::udp(SERVER2, 9, o.0, o.1), (ip, *p), "answered");
+            // an ICMP error the subscriber sends about that answer: its mapping is found
+            // by a lookup that claims nothing (lock-free), past the full first part
+            let r = Pkt::udp(SERVER2, 9, o.0, o.1);
+            let received = ip_bytes(&r.clone().with_dst(ip, *p).forwarded().build(), 548);
+            let err = Pkt::icmp_err(ip, SERVER2, 3, 3, [0; 4], &received);
+            let f = env.expect_verdict(Side::Inside, &err.build(), XDP_REDIRECT, "error out");
+            let mut exp =
+                Pkt::icmp_err(ip, SERVER2, 3, 3, [0; 4], &ip_bytes(&r.forwarded().build(), 548)).forwarded();
+            exp.src = o.0;
+            assert_frame_eq(&f, &exp.build(), "ICMP error about the answer, translated");
+            assert_csums(&f, "error out");
         }
         for p in [30008u16, 30001] {
             let before = env.stats();
@@ -279,9 +291,10 @@ fn det_a_held_word_a_fallen_back_walk_passes_is_kept() {
         let oc = out(env, &Pkt::udp(ip, pc, SERVER, 53), "C");
         assert_eq!((oa.1 as u32, ob.1 as u32), (first, first + 2), "A and B at their starts");
         assert_eq!(oc.1 & 1, 1, "C fell back to an odd port");
-        // A expires; B and C are kept alive; A's hold-down and the daemon's margin pass
-        for _ in 0..7 {
-            sleep(Duration::from_millis(700));
+        // A expires; B and C are kept alive (well inside their 1 s timeout); A's hold-down
+        // and the daemon's margin pass
+        for _ in 0..20 {
+            sleep(Duration::from_millis(300));
             out(env, &Pkt::udp(ip, pb, SERVER, 53), "B refreshed");
             out(env, &Pkt::udp(ip, pc, SERVER, 53), "C refreshed");
             env.sweep();
@@ -292,8 +305,8 @@ fn det_a_held_word_a_fallen_back_walk_passes_is_kept() {
         into(env, &Pkt::udp(SERVER2, 99, oc.0, oc.1), (ip, pc), "reply to C");
         // C expires too: no live walk passes A's word or C's any more
         let mut freed = 0;
-        for _ in 0..12 {
-            sleep(Duration::from_millis(700));
+        for _ in 0..30 {
+            sleep(Duration::from_millis(300));
             out(env, &Pkt::udp(ip, pb, SERVER, 53), "B refreshed");
             freed += env.sweep().ports_freed;
             if freed == 2 {
