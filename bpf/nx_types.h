@@ -122,8 +122,14 @@ struct nx_config {
 	__u32 det_per_addr;
 	__u16 det_ports;
 	__u16 det_probe;
+	/* What the pinned tables' contents mean (which walk finds a mapping, what a word's
+	 * bits say), written by the daemon that created them and checked on every takeover
+	 * (src/dataplane.rs, TABLE_LAYOUT): a natrix that would read them otherwise refuses
+	 * to take over, an older one or a newer one alike. The data plane does not read it. */
+	__u32 layout;
+	__u32 pad_end;
 };
-nx_static_assert(sizeof(struct nx_config) == 192, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 200, "nx_config layout");
 
 /* ---- The FIB cache (map nx_fibc: per CPU, direct-mapped; see nx_fwd.h) ---------------
  * An answer of bpf_fib_lookup (egress interface and MACs), kept for the key it depends on

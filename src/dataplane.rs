@@ -200,6 +200,12 @@ pub fn pool_runs(addrs: &[Ipv4Addr]) -> Vec<nx_pool_run> {
 /// The nx_config the data plane runs with, derived from the config file.
 /// `tab_seed` is the tables' hash seed: random when they are created, the running one's on a
 /// takeover (every entry sits where that seed put it).
+/// What the contents of the tables this natrix writes mean (`nx_config.layout`). Raise it
+/// with every change to how a mapping is found or what a table entry or port word holds:
+/// a takeover across a change is then refused, in both directions, instead of reading
+/// the tables wrongly. 1: deterministic walks of two parts (the parity fallback).
+pub const TABLE_LAYOUT: u32 = 1;
+
 pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     let ticks = |d: std::time::Duration| {
         let t = (d.as_nanos() >> TICK_SHIFT) as u64;
@@ -271,6 +277,8 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         det_per_addr: c.nat.deterministic.map_or(0, |d| d.per_addr),
         det_ports: c.nat.deterministic.map_or(0, |d| d.ports),
         det_probe: c.nat.deterministic.map_or(0, |d| d.probe),
+        layout: TABLE_LAYOUT,
+        pad_end: 0,
     }
 }
 
@@ -483,6 +491,15 @@ impl Dataplane {
             }
             let pool = t.pool()?;
             let pin = self.pin_display();
+            if old.layout != TABLE_LAYOUT {
+                return Err(DataplaneError::Incompatible {
+                    pin,
+                    what: format!(
+                        "table layout {} (this natrix reads layout {TABLE_LAYOUT}: the running tables were written by another version)",
+                        old.layout
+                    ),
+                });
+            }
             if pool != cfg.pool.addresses {
                 return Err(DataplaneError::Incompatible { pin, what: "pool.addresses".into() });
             }

@@ -601,6 +601,46 @@ fn restart_with_an_incompatible_config_is_refused_and_keeps_translating() {
     c.close();
 }
 
+/// Tables written by a natrix whose table layout differs (what their contents mean) are not
+/// taken over, whatever the config: the start is refused with a message that names the
+/// layout, the running data plane is left as it was, and a natrix of the right layout
+/// takes it over as usual.
+#[test]
+fn restart_over_tables_of_another_layout_is_refused() {
+    use natrix::dataplane::TABLE_LAYOUT;
+    use natrix::tables::Tables;
+
+    let mut t = Topo::new();
+    let cfg = started_default(&mut t);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    let mut c = TcpClient::connect(&t.s1, server.addr);
+    let out0 = c.who();
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+
+    let tables = Tables::open_pinned(&t.pin).expect("the pinned tables");
+    let set_layout = |layout: u32| {
+        let mut nc = tables.config().expect("nx_cfg");
+        nc.layout = layout;
+        tables.write_config(&nc).expect("writing nx_cfg");
+    };
+    assert_eq!(tables.config().unwrap().layout, TABLE_LAYOUT, "the running tables' layout");
+    set_layout(TABLE_LAYOUT + 1); // as a newer natrix would have written them
+    let (st, err) = t.run_expect_exit(&cfg);
+    assert!(!st.success(), "{err}");
+    assert!(err.contains(&format!("table layout {}", TABLE_LAYOUT + 1)), "the layout is not named:\n{err}");
+    assert!(err.contains("natrix down"), "the message does not say how to start afresh:\n{err}");
+    for dev in ["lan0", "lan1", "wan0"] {
+        assert!(t.xdp_attached(dev), "the refused start detached {dev}");
+    }
+    assert_eq!(c.who(), out0, "the refused start changed the running translation");
+
+    set_layout(TABLE_LAYOUT);
+    let log = t.start_daemon(&cfg);
+    assert!(log.contains("takeover=true"), "{log}");
+    assert_eq!(c.who(), out0);
+    c.close();
+}
+
 /// An interface taken out of the config is no longer natrix's after a restart: detached, and
 /// its traffic no longer translated.
 #[test]
