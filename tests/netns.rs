@@ -484,6 +484,53 @@ fn deterministic_mode_translates_and_survives_a_crash() {
     restart_keeps_live_tcp(libc::SIGKILL, true);
 }
 
+/// Deterministic mode with Linux's own TCP clients, whose connect() picks even local ports:
+/// with port parity on (the default), the first half of a subscriber's range keeps their
+/// parity and the rest falls back to odd ports, so all 8 ports of an 8-port range serve
+/// connections; a ninth connection is refused at once (ICMP 3/13), and the eight live on.
+#[test]
+fn deterministic_mode_gives_one_parity_clients_the_whole_range() {
+    let mut t = Topo::new();
+    let mut conf = t.conf();
+    // 512 subscribers on the 9 pool addresses, 57 to an address, 8 ports each
+    conf.unset("nat.block_size")
+        .unset("nat.max_blocks_per_subscriber")
+        .set("nat.mode", r#""deterministic""#)
+        .set("nat.deterministic_subscribers", r#""100.64.0.0/23""#)
+        .set("nat.deterministic_ports", "8");
+    started(&mut t, &conf);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    // s1 is 100.64.0.2, subscriber 2: pool address 0, ports 1024 + 2 * 8 ..
+    let range = 1040u16..1048;
+    let mut conns: Vec<(TcpClient, SocketAddrV4)> = (0..8)
+        .map(|_| {
+            let mut c = TcpClient::connect(&t.s1, server.addr);
+            let o = c.who();
+            (c, o)
+        })
+        .collect();
+    let local_even = conns.iter().all(|(c, _)| c.local.port() % 2 == 0);
+    let mut outs: Vec<u16> = conns.iter().map(|(_, o)| o.port()).collect();
+    for (_, o) in &conns {
+        assert_eq!(*o.ip(), Ipv4Addr::new(203, 0, 113, 16), "s1's pool address");
+        assert!(range.contains(&o.port()), "port {} outside s1's range {range:?}", o.port());
+    }
+    outs.sort_unstable();
+    outs.dedup();
+    assert_eq!(outs.len(), 8, "eight connections, eight outside ports: {outs:?}");
+    if local_even {
+        // the kernel kept to even ports, as Linux does: half fell back
+        let odd_out = conns.iter().filter(|(_, o)| o.port() % 2 == 1).count();
+        assert_eq!(odd_out, 4, "four connections fell back to odd ports");
+    }
+    let ninth =
+        in_netns(&t.s1, || std::net::TcpStream::connect_timeout(&server.addr.into(), Duration::from_secs(3)));
+    assert!(ninth.is_err(), "a ninth connection got through a full range: {ninth:?}");
+    for (c, o) in conns.iter_mut() {
+        assert_eq!(c.who(), *o, "a connection changed its outside endpoint");
+    }
+}
+
 /// Restarts while a subscriber sends a steady UDP stream: every datagram that reaches the
 /// server is translated, always to the same outside endpoint (the takeover swaps programs
 /// and rewrites tables under live traffic).
