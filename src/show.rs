@@ -94,6 +94,10 @@ pub struct Stats {
     pub mapping_table: TableShape,
     /// the subscriber table (bpf/nx_subs.h): live entries, tombstones, displacement
     pub subscriber_table: SubTableShape,
+    /// deterministic mode only (bpf/nx_det.h): its ranges, whose port words are the
+    /// mappings (`mappings` and `ports_in_use` then count those words)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deterministic: Option<crate::tables::DetHealth>,
 }
 
 #[derive(Debug, Serialize)]
@@ -129,28 +133,38 @@ pub fn stats(t: &Tables) -> Result<Stats, TableError> {
     };
     let (session_table, mapping_table) = (shape(crate::tables::TAB_SESS)?, shape(crate::tables::TAB_MAPS)?);
     let sub = t.sub_health()?;
+    let det = t.det_health()?;
     Ok(Stats {
         drops_total: drops.values().sum(),
         counters,
         drops,
         sessions: session_table.health.live,
-        mappings: mapping_table.health.live,
+        mappings: det.map_or(mapping_table.health.live, |d| d.mappings),
         subscribers: sub.live,
         blocks_in_use,
         blocks_total,
-        ports_in_use,
+        ports_in_use: det.map_or(ports_in_use, |d| d.mappings + d.held),
         session_table,
         mapping_table,
         subscriber_table: SubTableShape { max_entries: cfg.sub_max, health: sub },
+        deterministic: det,
     })
 }
 
 pub fn stats_table(s: &Stats) -> String {
     let mut out = String::new();
-    out += &format!(
-        "sessions {}  mappings {}  subscribers {}  blocks {}/{}  ports in use {}\n\ntables:\n",
-        s.sessions, s.mappings, s.subscribers, s.blocks_in_use, s.blocks_total, s.ports_in_use
-    );
+    out += &if s.deterministic.is_some() {
+        // no subscriber entries and no blocks: the ranges line below says the rest
+        format!(
+            "sessions {}  mappings {}  ports in use {}\n\ntables:\n",
+            s.sessions, s.mappings, s.ports_in_use
+        )
+    } else {
+        format!(
+            "sessions {}  mappings {}  subscribers {}  blocks {}/{}  ports in use {}\n\ntables:\n",
+            s.sessions, s.mappings, s.subscribers, s.blocks_in_use, s.blocks_total, s.ports_in_use
+        )
+    };
     for (name, t) in [("sessions", &s.session_table), ("mappings", &s.mapping_table)] {
         out += &format!(
             "  {name:<9} {} of {} configured, {} slots ({:.0}% used), {} away from their first home bucket, longest displacement {} bucket(s){}\n",
@@ -161,6 +175,19 @@ pub fn stats_table(s: &Stats) -> String {
             t.health.away,
             t.health.max_displacement,
             if t.health.overflow_wrong > 0 { " (overflow counts changing: read during inserts)" } else { "" }
+        );
+    }
+    if let Some(d) = &s.deterministic {
+        out += &format!(
+            "  {:<9} {} subscribers x {} ports a protocol: {} mapping(s), {} held, {} on the other parity (fallen back), longest walk {} word(s), {} full range(s)\n",
+            "ranges",
+            d.subscribers,
+            d.ports_each,
+            d.mappings,
+            d.held,
+            d.fallen_back,
+            d.longest_walk,
+            d.full_ranges
         );
     }
     let st = &s.subscriber_table;

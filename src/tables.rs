@@ -677,6 +677,46 @@ impl Tables {
         Ok(h)
     }
 
+    /// Deterministic mode: how full its ranges are and how far walks go, from one pass
+    /// over every range's port words (bpf/nx_det.h). None in dynamic mode.
+    pub fn det_health(&self) -> Result<Option<DetHealth>> {
+        let cfg = self.config()?;
+        if cfg.det_count == 0 {
+            return Ok(None);
+        }
+        let ports = MmapWords::new(&self.ports, "nx_ports")?;
+        let words = ports.words();
+        let (n, per) = (u32::from(cfg.det_ports), cfg.det_per_addr.max(1));
+        let probe = u32::from(cfg.det_probe).min(n / 2);
+        let mut h = DetHealth { subscribers: cfg.det_count, ports_each: cfg.det_ports, ..Default::default() };
+        for i in 0..cfg.det_count {
+            let (a, first) = (i / per, u32::from(cfg.port_lo) + (i % per) * n);
+            for pidx in 0..3u32 {
+                let base = ((a * 3 + pidx) << 16 | first) as usize;
+                let Some(range) = words.get(base..base + n as usize) else { continue };
+                let mut free = 0;
+                for (k, w) in range.iter().enumerate() {
+                    let v = w.load(Ordering::Relaxed);
+                    match v >> PORT_STATE_SHIFT {
+                        0 => free += 1,
+                        PORT_HELD => h.held += 1,
+                        PORT_USED => {
+                            h.mappings += 1;
+                            let c = det_start(&cfg, (v >> 16) as u32, pidx, v as u16, first);
+                            if let Some(pos) = det_walk_pos(c, k as u32, probe, n) {
+                                h.fallen_back += u64::from(pos >= probe);
+                                h.longest_walk = h.longest_walk.max(pos + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                h.full_ranges += u64::from(free == 0);
+            }
+        }
+        Ok(Some(h))
+    }
+
     /// Subscribers as the data plane counts them (what enforces limits.max_subscribers).
     pub fn subscriber_count(&self) -> Result<u32> {
         let v = self
@@ -746,6 +786,24 @@ fn slot_value<V: Copy + Default>(words: [u64; 4]) -> V {
         b[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
     }
     read_pod::<V>(&b)
+}
+
+/// One pass over deterministic mode's ranges (`Tables::det_health`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DetHealth {
+    /// subscribers in nat.deterministic_subscribers, and ports in each one's range
+    pub subscribers: u32,
+    pub ports_each: u16,
+    /// USED words: the mappings
+    pub mappings: u64,
+    /// ports on hold-down
+    pub held: u64,
+    /// mappings on the other parity than their endpoint's (the walk's second part)
+    pub fallen_back: u64,
+    /// the longest walk to a live mapping, in words read
+    pub longest_walk: u32,
+    /// (subscriber, protocol) ranges without a FREE port
+    pub full_ranges: u64,
 }
 
 /// One pass over the subscriber table (`Tables::sub_health`).

@@ -529,6 +529,23 @@ fn deterministic_mode_gives_one_parity_clients_the_whole_range() {
     for (c, o) in conns.iter_mut() {
         assert_eq!(c.who(), *o, "a connection changed its outside endpoint");
     }
+    // what `natrix stats` tells the operator: the eight mappings (port words, no table
+    // entries), s1's full TCP range, and the fallen-back half
+    let st = t.stats();
+    let d = &st.0["deterministic"];
+    assert_eq!((st.get("mappings"), d["mappings"].as_u64()), (8, Some(8)), "{}", st.0);
+    assert_eq!((d["subscribers"].as_u64(), d["ports_each"].as_u64()), (Some(512), Some(8)), "{}", st.0);
+    assert_eq!(d["full_ranges"].as_u64(), Some(1), "s1's TCP range: {}", st.0);
+    if local_even {
+        assert_eq!(d["fallen_back"].as_u64(), Some(4), "{}", st.0);
+        assert!(
+            d["longest_walk"].as_u64() > Some(4),
+            "a fallen-back walk is longer than its first part: {}",
+            st.0
+        );
+    }
+    let text = t.natrix_ok(&["stats", "--pin", &t.pin_str()]);
+    assert!(text.contains("4 on the other parity (fallen back)") || !local_even, "{text}");
 }
 
 /// Restarts while a subscriber sends a steady UDP stream: every datagram that reaches the
