@@ -197,15 +197,11 @@ pub fn pool_runs(addrs: &[Ipv4Addr]) -> Vec<nx_pool_run> {
     runs
 }
 
+pub use crate::tables::TABLE_LAYOUT;
+
 /// The nx_config the data plane runs with, derived from the config file.
 /// `tab_seed` is the tables' hash seed: random when they are created, the running one's on a
 /// takeover (every entry sits where that seed put it).
-/// What the contents of the tables this natrix writes mean (`nx_config.layout`). Raise it
-/// with every change to how a mapping is found or what a table entry or port word holds:
-/// a takeover across a change is then refused, in both directions, instead of reading
-/// the tables wrongly. 1: deterministic walks of two parts (the parity fallback).
-pub const TABLE_LAYOUT: u32 = 1;
-
 pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     let ticks = |d: std::time::Duration| {
         let t = (d.as_nanos() >> TICK_SHIFT) as u64;

@@ -217,6 +217,13 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 }
 
 /// A plain C struct read back from map bytes.
+/// What the contents of the tables this natrix writes mean (`nx_config.layout`). Raise it
+/// with every change to how a mapping is found or what a table entry or port word holds:
+/// a takeover across a change is then refused, in both directions, instead of reading
+/// the tables wrongly, and the CLI refuses to read them. 1: deterministic walks of two
+/// parts (the parity fallback).
+pub const TABLE_LAYOUT: u32 = 1;
+
 pub fn read_pod<T: Copy + Default>(b: &[u8]) -> T {
     assert!(b.len() >= std::mem::size_of::<T>(), "short map value");
     // SAFETY: length checked; T is plain old data valid for any bit pattern.
@@ -362,7 +369,7 @@ impl Tables {
             MapHandle::from_pinned_path(&path)
                 .map_err(|source| TableError::OpenPinned { path: path.display().to_string(), source })
         };
-        Ok(Tables {
+        let t = Tables {
             cfg: open("nx_cfg")?,
             pool: open("nx_pool")?,
             pool_idx: open("nx_pool_idx")?,
@@ -375,7 +382,19 @@ impl Tables {
             sess: open("nx_sess")?,
             tab_cnt: open("nx_tab_cnt")?,
             stats: open("nx_stats")?,
-        })
+        };
+        // tables another natrix version wrote are not read as if this one had
+        let layout = t.config()?.layout;
+        if layout != TABLE_LAYOUT {
+            return Err(TableError::Layout {
+                map: "nx_cfg",
+                what: format!(
+                    "table layout {layout}, this natrix reads layout {TABLE_LAYOUT}: the tables under {} were written by another natrix version",
+                    dir.display()
+                ),
+            });
+        }
+        Ok(t)
     }
 
     /// Handles on the maps of a loaded skeleton (duplicated file descriptors).
@@ -405,6 +424,16 @@ impl Tables {
             .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("nx_cfg"))?
             .ok_or(TableError::Layout { map: "nx_cfg", what: "entry 0 missing".into() })?;
+        if v.len() != std::mem::size_of::<nx_config>() {
+            return Err(TableError::Layout {
+                map: "nx_cfg",
+                what: format!(
+                    "{} bytes, this natrix reads {}: tables of another natrix version",
+                    v.len(),
+                    std::mem::size_of::<nx_config>()
+                ),
+            });
+        }
         Ok(read_pod(&v))
     }
 
@@ -798,7 +827,7 @@ pub struct DetHealth {
     pub mappings: u64,
     /// ports on hold-down
     pub held: u64,
-    /// mappings on the other parity than their endpoint's (the walk's second part)
+    /// mappings in their walk's second part (on the other parity than its first part's)
     pub fallen_back: u64,
     /// the longest walk to a live mapping, in words read
     pub longest_walk: u32,

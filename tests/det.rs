@@ -173,7 +173,7 @@ fn det_a_held_word_a_live_walk_passes_is_kept_then_reused() {
         assert_eq!(ob.1, c + 2, "B on the next pair of its parity");
         // A expires; B is kept alive by traffic (well inside its 1 s timeout); A's
         // hold-down (1 s, whole seconds) ends
-        for _ in 0..12 {
+        for _ in 0..20 {
             sleep(Duration::from_millis(300));
             out(env, &Pkt::udp(ip, ps[1], SERVER, 53), "B refreshed");
             env.sweep();
