@@ -154,6 +154,10 @@ pub struct Nat {
     /// `nat.mode = "deterministic"` (RFC 7422): each subscriber's pool address
     /// and port range follow from its address. `None`: dynamic port blocks.
     pub deterministic: Option<Deterministic>,
+    /// Dynamic mode: pairs of each parity a walk of a subscriber's home block goes at
+    /// most, looking for an endpoint's mapping or a port for a new one (bpf/nx_home.h);
+    /// capped at half the block. Beyond it a new mapping goes to another block.
+    pub home_probe: u16,
 }
 
 /// Deterministic NAT (RFC 7422, bpf/nx_det.h): subscriber `i` of `subscribers`
@@ -188,6 +192,7 @@ impl Default for Nat {
             port_class: true,
             icmp_errors_per_sec: 100,
             deterministic: None,
+            home_probe: DEFAULT_HOME_PROBE as u16,
         }
     }
 }
@@ -722,6 +727,7 @@ fn allowed_keys(section: &str) -> &'static [&'static str] {
             "deterministic_subscribers",
             "deterministic_ports",
             "deterministic_probe",
+            "home_probe",
         ],
         "fragments" => &["timeout", "max_tracked", "max_held"],
         "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
@@ -1090,9 +1096,11 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
     let max_new_mappings_per_sec =
         sec.int("max_new_mappings_per_sec", d.max_new_mappings_per_sec.into(), 0, u32::MAX.into())? as u32;
 
+    let home_probe = sec.int("home_probe", DEFAULT_HOME_PROBE, 1, 4096)? as u16;
+
     let deterministic = parse_deterministic(sec, pool)?;
     if deterministic.is_some() {
-        for k in ["block_size", "max_blocks_per_subscriber"] {
+        for k in ["block_size", "max_blocks_per_subscriber", "home_probe"] {
             if sec.get(k).is_some() {
                 return Err(key_err(
                     sec.key(k),
@@ -1137,8 +1145,12 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
         port_class,
         icmp_errors_per_sec,
         deterministic,
+        home_probe,
     })
 }
+
+/// Pairs of each parity a home walk goes at most, by default (bpf/nx_home.h).
+const DEFAULT_HOME_PROBE: i64 = 64;
 
 /// Most subscribers one deterministic prefix may hold (a /8).
 const MAX_DET_PREFIX_LEN_MIN: u8 = 8;

@@ -229,6 +229,9 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     if !c.exclude.is_empty() {
         flags |= 8;
     }
+    if !c.forwards.is_empty() {
+        flags |= 16; // NX_CF_STATICS
+    }
     nx_config {
         to_udp: ticks(c.timeouts.udp),
         to_tcp_est: ticks(c.timeouts.tcp_established),
@@ -274,7 +277,7 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         det_ports: c.nat.deterministic.map_or(0, |d| d.ports),
         det_probe: c.nat.deterministic.map_or(0, |d| d.probe),
         layout: TABLE_LAYOUT,
-        pad_end: 0,
+        home_probe: c.nat.deterministic.map_or(u32::from(c.nat.home_probe), |_| 0),
     }
 }
 

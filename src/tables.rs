@@ -221,8 +221,8 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// with every change to how a mapping is found or what a table entry or port word holds:
 /// a takeover across a change is then refused, in both directions, instead of reading
 /// the tables wrongly, and the CLI refuses to read them. 1: deterministic walks of two
-/// parts (the parity fallback).
-pub const TABLE_LAYOUT: u32 = 1;
+/// parts (the parity fallback). 2: dynamic mode's home-walk mappings (bpf/nx_home.h).
+pub const TABLE_LAYOUT: u32 = 2;
 
 pub fn read_pod<T: Copy + Default>(b: &[u8]) -> T {
     assert!(b.len() >= std::mem::size_of::<T>(), "short map value");
