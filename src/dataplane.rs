@@ -511,13 +511,12 @@ impl Dataplane {
             // a deterministic subscriber's range is where its mappings are
             let new = nx_config_from(cfg, 0, seed);
             // ... and where each endpoint's walk starts (the parity) and how far it goes
-            let parity = |c: &nx_config| c.det_count != 0 && c.flags & 1 != 0;
-            if (old.det_base, old.det_count, old.det_per_addr, old.det_ports, old.det_probe, parity(&old))
-                != (new.det_base, new.det_count, new.det_per_addr, new.det_ports, new.det_probe, parity(&new))
-            {
+            // (both modes' walks start on the endpoint's parity when port parity is on)
+            let walk = |c: &nx_config| (c.det_base, c.det_count, c.det_per_addr, c.det_ports, c.det_probe, c.home_probe, c.flags & 1);
+            if walk(&old) != walk(&new) {
                 return Err(DataplaneError::Incompatible {
                     pin,
-                    what: "nat.mode, nat.deterministic_subscribers, nat.deterministic_ports, nat.deterministic_probe or (deterministic) nat.port_parity".into(),
+                    what: "nat.mode, nat.deterministic_subscribers, nat.deterministic_ports, nat.deterministic_probe, nat.home_probe or nat.port_parity".into(),
                 });
             }
             hint = old.addr_hint;
