@@ -103,7 +103,7 @@ static __always_inline int nx_home_mix(__u64 *bw, __u32 sip)
 }
 
 /* Find (create = 0), or find or claim in the home block (create = 1, the endpoint's lock
- * held: nx_dyn_map), the mapping of inside endpoint sip, pp = NX_PP(protocol index,
+ * held: nx_dyn_map; 2: the same, the new-mapping rate checked already), the mapping of inside endpoint sip, pp = NX_PP(protocol index,
  * inside port). Returns as described at NX_HW_NEW. Never makes a table mapping. Global,
  * scalar arguments: verified once. */
 __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
@@ -155,7 +155,7 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 		return NX_HW_NONE | NX_HW_OWNER;
 	if (d.avail < 0)
 		goto full;
-	if (cfg->max_new_per_sec) {
+	if (create == 1 && cfg->max_new_per_sec) {
 		struct nx_sub *sub = nx_sub_lookup(cfg, sip);
 
 		if (sub && !nx_rate_ok(cfg, sub))

@@ -110,8 +110,9 @@ __noinline long nx_dyn_table(__u32 sip, __u32 pp, __u32 now, long a)
 	if (!lock)
 		return -NX_DROP_INTERNAL;
 	if (a == NX_ALLOC_HOME) {
-		/* the subscriber owns its home block now: the walk claims there */
-		r = nx_home_map(sip, pp, 1);
+		/* the subscriber owns its home block now: the walk claims there (nx_alloc
+		 * counted the new mapping against the rate limit) */
+		r = nx_home_map(sip, pp, 2);
 		if (r >= 0 && (r & NX_HW_NONE))
 			r = -NX_DROP_QUOTA_EXCEEDED;
 		goto out;

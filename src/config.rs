@@ -1377,6 +1377,7 @@ mod tests {
                 port_class: true,
                 icmp_errors_per_sec: 100,
                 deterministic: None,
+                home_probe: 64,
             }
         );
         assert_eq!(
@@ -1508,6 +1509,7 @@ sweep_interval = "250ms"
                 port_class: true,
                 icmp_errors_per_sec: 100,
                 deterministic: None,
+                home_probe: 64,
             }
         );
         assert_eq!(c.timeouts.udp, secs(600));
