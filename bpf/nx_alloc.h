@@ -74,19 +74,20 @@ static __always_inline __s64 nx_home_block(struct nx_config *cfg, __u32 sip)
 	return (__s64)(i % n) * bpa + i / n;
 }
 
-/* Whether global block gid is the home block of subscriber sip. */
+/* Whether global block gid is the home block of subscriber sip, where its mappings are
+ * the home walk's (nx_home.h; none with home_probe 0: every mapping in the table). */
 static __always_inline int nx_is_home(struct nx_config *cfg, __u32 sip, __u32 gid)
 {
-	return nx_home_block(cfg, sip) == (__s64)gid;
+	return cfg->home_probe && nx_home_block(cfg, sip) == (__s64)gid;
 }
 
-/* Subscriber sip's home block, or -1 (nx_home_block). Global: the allocator's paths do
- * not split on the steps inside. */
+/* Subscriber sip's home block where the home walk claims, or -1 (none, or home_probe 0).
+ * Global: the allocator's paths do not split on the steps inside. */
 __noinline long nx_home_gid(__u32 sip)
 {
 	struct nx_config *cfg = nx_config();
 
-	return cfg ? nx_home_block(cfg, sip) : -1;
+	return cfg && cfg->home_probe ? nx_home_block(cfg, sip) : -1;
 }
 
 /* Whether subscriber sip owns its home block (1) or not (0). Global: verified once, and
@@ -98,7 +99,7 @@ __noinline int nx_home_owned(__u32 sip)
 	__u32 gid;
 	__u64 *w;
 
-	if (!cfg)
+	if (!cfg || !cfg->home_probe)
 		return 0;
 	home = nx_home_block(cfg, sip);
 	if (home < 0)

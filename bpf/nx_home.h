@@ -59,7 +59,8 @@ static __always_inline __u64 nx_home_hash(struct nx_config *cfg, __u32 sip, __u3
 	return nx_tab_hash((__u64)sip << 32 | pp, NX_HOME_KEY, cfg->tab_seed);
 }
 
-/* Pairs of each parity a walk goes: home_probe, at most the block's pairs. */
+/* Pairs of each parity a walk goes: home_probe, at most the block's pairs (0: no home
+ * walk, every mapping in the table). */
 static __always_inline __u32 nx_home_probe(struct nx_config *cfg)
 {
 	__u32 n = cfg->home_probe, half = cfg->block_size / 2;
@@ -123,7 +124,8 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	mk.proto = pidx == NX_P_TCP ? IPPROTO_TCP : pidx == NX_P_UDP ? IPPROTO_UDP : IPPROTO_ICMP;
 	bpa = cfg->blocks_per_addr;
 	home = nx_home_block(cfg, sip);
-	if (nx_low_class(cfg, pidx, pp & 0xffff) || home < 0 || cfg->block_size < 2)
+	if (nx_low_class(cfg, pidx, pp & 0xffff) || home < 0 || cfg->block_size < 2 ||
+	    !cfg->home_probe)
 		goto table;
 	gid = (__u32)home;
 	bw = nx_block(gid);
@@ -247,7 +249,7 @@ static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, _
 	__s64 home;
 	__u64 *w, v;
 
-	if (pidx >= NX_NPROTO || bs < 2 || !bpa)
+	if (pidx >= NX_NPROTO || bs < 2 || !bpa || !cfg->home_probe)
 		return;
 	home = nx_home_block(cfg, sip);
 	if (home < 0)

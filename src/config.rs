@@ -156,7 +156,8 @@ pub struct Nat {
     pub deterministic: Option<Deterministic>,
     /// Dynamic mode: pairs of each parity a walk of a subscriber's home block goes at
     /// most, looking for an endpoint's mapping or a port for a new one (bpf/nx_home.h);
-    /// capped at half the block. Beyond it a new mapping goes to another block.
+    /// capped at half the block. Beyond it a new mapping goes to another block. 0: no
+    /// home walk, every mapping in the mapping table.
     pub home_probe: u16,
 }
 
@@ -1096,7 +1097,7 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
     let max_new_mappings_per_sec =
         sec.int("max_new_mappings_per_sec", d.max_new_mappings_per_sec.into(), 0, u32::MAX.into())? as u32;
 
-    let home_probe = sec.int("home_probe", DEFAULT_HOME_PROBE, 1, 4096)? as u16;
+    let home_probe = sec.int("home_probe", DEFAULT_HOME_PROBE, 0, 4096)? as u16;
 
     let deterministic = parse_deterministic(sec, pool)?;
     if deterministic.is_some() {

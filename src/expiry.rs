@@ -20,7 +20,7 @@ use tracing::debug;
 
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_block, home_start, is_home_word,
+    block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, walk_home,
     now_ns, now_tick, read_pod, MmapWords, TableError, Tables, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT,
     PORT_STATE_SHIFT, PORT_USED,
 };
@@ -171,7 +171,7 @@ impl Sweeper {
             let block = block_of(&cfg, addr_idx, port);
             if let Some((gid, first)) = block {
                 let owner = blocks.get(gid as usize).map_or(0, |b| b.load(Ordering::Relaxed) as u32);
-                if owner != 0 && home_block(&cfg, owner) == Some(gid) {
+                if owner != 0 && walk_home(&cfg, owner) == Some(gid) {
                     if now_s.wrapping_sub(released) < hold.saturating_add(DET_FREE_MARGIN_S)
                         || (now_s.wrapping_sub(released) as i32) < 0
                     {

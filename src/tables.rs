@@ -147,12 +147,21 @@ pub fn block_of(cfg: &nx_config, addr: u32, port: u32) -> Option<(u32, u32)> {
     Some((addr * bpa + (port - lo) / bs, lo + (port - lo) / bs * bs))
 }
 
+/// Subscriber `ip`'s home block where the home walk finds its mappings (bpf/nx_home.h);
+/// None when the pool has no blocks or `nat.home_probe` is 0 (every mapping in the table).
+pub fn walk_home(cfg: &nx_config, ip: u32) -> Option<u32> {
+    if cfg.home_probe == 0 {
+        return None;
+    }
+    home_block(cfg, ip)
+}
+
 /// Whether USED port word `v` at nx_ports index `idx` is a mapping itself, in dynamic mode:
 /// it lies in the home block of the subscriber it names (bpf/nx_home.h, nx_word_is_map).
 pub fn is_home_word(cfg: &nx_config, idx: usize, v: u64) -> bool {
     let (addr, port) = ((idx >> 16) as u32 / NPROTO, (idx & 0xffff) as u32);
     v >> PORT_STATE_SHIFT == PORT_USED
-        && block_of(cfg, addr, port).is_some_and(|(gid, _)| home_block(cfg, (v >> 16) as u32) == Some(gid))
+        && block_of(cfg, addr, port).is_some_and(|(gid, _)| walk_home(cfg, (v >> 16) as u32) == Some(gid))
 }
 
 /// Where offset `k` of a deterministic range of `n` ports comes in the walk that starts at
@@ -605,7 +614,7 @@ impl Tables {
         let mut out = Vec::new();
         for (gid, b) in blocks.words().iter().enumerate() {
             let owner = b.load(Ordering::Relaxed) as u32;
-            if owner == 0 || only.is_some_and(|o| o != owner) || home_block(cfg, owner) != Some(gid as u32) {
+            if owner == 0 || only.is_some_and(|o| o != owner) || walk_home(cfg, owner) != Some(gid as u32) {
                 continue;
             }
             let bpa = usize::from(cfg.blocks_per_addr);

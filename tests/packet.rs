@@ -147,6 +147,7 @@ fn home_candidate(env: &Env, ip: Ipv4Addr, proto: u8, port: u16) -> u16 {
 /// block owned by its subscriber with a used count equal to the mappings in it (valid while
 /// no port is in hold-down).
 fn check_allocation(env: &Env, what: &str) {
+    let tcfg = env.dp.tables.config().expect("config");
     let maps = env.mappings();
     let mut nsess: HashMap<(u32, u16, u8), u64> = HashMap::new();
     for (k, s) in env.sessions() {
@@ -197,7 +198,7 @@ fn check_allocation(env: &Env, what: &str) {
         let gid = env.block_of(addr, out_port);
         let (_, lo, hi) = env.block_range(gid);
         assert_eq!(
-            gid == home_block(env, in_ip),
+            natrix::tables::walk_home(&tcfg, k.in_ip) == Some(gid),
             walked,
             "{what}: expected {in_ip}:{in_port}'s mapping (outside port {out_port}, block {gid}, flags {}) to be a \
              home-walk mapping exactly when it lies in the subscriber's home block {}",
@@ -1357,10 +1358,12 @@ fn tables_fill_to_their_size_and_empty_completely() {
     const SUBS: u8 = 25;
     const PER: u16 = 800;
     let n = SUBS as u64 * PER as u64;
+    // every mapping in the table (no home walk): both tables fill
     let c = short_timeouts()
         .set("limits", "max_mappings", &n.to_string())
         .set("limits", "max_sessions", &n.to_string())
-        .set("nat", "max_blocks_per_subscriber", "8");
+        .set("nat", "max_blocks_per_subscriber", "8")
+        .set("nat", "home_probe", "0");
     with_env(&c, |env| {
         let t = &env.dp.tables;
         for s in 1..=SUBS {
