@@ -827,6 +827,50 @@ impl Tables {
         Ok(Some(h))
     }
 
+    /// Dynamic mode: the home blocks their subscribers own, and the walks in them
+    /// (bpf/nx_home.h). None in deterministic mode, or with nat.home_probe 0.
+    pub fn home_health(&self) -> Result<Option<HomeHealth>> {
+        let cfg = self.config()?;
+        if cfg.det_count != 0 || cfg.home_probe == 0 {
+            return Ok(None);
+        }
+        let ports = MmapWords::new(&self.ports, "nx_ports")?;
+        let blocks = MmapWords::new(&self.blocks, "nx_blocks")?;
+        let (words, bs, bpa) = (ports.words(), u32::from(cfg.block_size), u32::from(cfg.blocks_per_addr));
+        let probe = cfg.home_probe.min(bs / 2);
+        let mut h = HomeHealth::default();
+        for (gid, b) in blocks.words().iter().enumerate() {
+            let bw = b.load(Ordering::Relaxed);
+            let owner = bw as u32;
+            if owner == 0 || walk_home(&cfg, owner) != Some(gid as u32) {
+                continue;
+            }
+            h.blocks += 1;
+            h.mixed += u64::from(bw & BLOCK_MIXED != 0);
+            let (addr, first) = (gid as u32 / bpa, u32::from(cfg.port_lo) + gid as u32 % bpa * bs);
+            for pidx in 0..NPROTO {
+                let base = ((addr * NPROTO + pidx) << 16 | first) as usize;
+                let Some(range) = words.get(base..base + bs as usize) else { continue };
+                for (k, w) in range.iter().enumerate() {
+                    let v = w.load(Ordering::Relaxed);
+                    match v >> PORT_STATE_SHIFT {
+                        PORT_HELD => h.held += 1,
+                        PORT_USED if (v >> 16) as u32 == owner => {
+                            h.mappings += 1;
+                            let c = home_start(&cfg, owner, pidx, v as u16, first);
+                            if let Some(pos) = det_walk_pos(c, k as u32, probe, bs) {
+                                h.fallen_back += u64::from(pos >= probe);
+                                h.longest_walk = h.longest_walk.max(pos + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(Some(h))
+    }
+
     /// Subscribers as the data plane counts them (what enforces limits.max_subscribers).
     pub fn subscriber_count(&self) -> Result<u32> {
         let v = self
@@ -917,6 +961,23 @@ pub struct DetHealth {
     pub longest_walk: u32,
     /// (subscriber, protocol) ranges without a FREE port
     pub full_ranges: u64,
+}
+
+/// One pass over the home blocks their subscribers own (`Tables::home_health`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct HomeHealth {
+    /// blocks owned by the subscriber whose home block they are
+    pub blocks: u64,
+    /// of those, with the MIXED bit: their subscriber may hold table mappings too
+    pub mixed: u64,
+    /// USED words naming the owner: the home-walk mappings
+    pub mappings: u64,
+    /// ports on hold-down in those blocks
+    pub held: u64,
+    /// mappings in their walk's second part (the other parity)
+    pub fallen_back: u64,
+    /// the longest walk to a live mapping, in words read
+    pub longest_walk: u32,
 }
 
 /// One pass over the subscriber table (`Tables::sub_health`).

@@ -711,6 +711,130 @@ fn ports_within_a_block_are_not_predictable() {
     });
 }
 
+/// EIM across the two kinds of mapping (bpf/nx_home.h): an endpoint whose walk found its
+/// home block full got a table mapping in another block, and the home block word says so
+/// (MIXED). When the walk has room again (the home mappings expired and their hold-down is
+/// over), that endpoint's new connection still uses its table mapping: its walk misses,
+/// asks the table because of MIXED, and finds it; no second mapping is made. A new
+/// endpoint's mapping takes a word of the home block again.
+#[test]
+fn a_table_mapping_of_a_walking_subscriber_stays_its_endpoints_mapping() {
+    let c = cfg()
+        .set("pool", "addresses", "[\"203.0.113.16\"]")
+        .set("pool", "ports", "\"1024-1039\"")
+        .set("nat", "block_size", "8")
+        .set("nat", "max_blocks_per_subscriber", "2")
+        .set("timeouts", "tcp_transitory", "\"1s\"")
+        .set("timeouts", "port_hold_down", "\"1s\"");
+    with_env(&c, |env| {
+        let t0 = Instant::now();
+        let home = home_block(env, sub(1));
+        for i in 0..8u16 {
+            let o = xlate_out(env, &Pkt::tcp(sub(1), 6000 + i, SERVER, 80, SYN), None, "filling the home walk");
+            assert_eq!(env.block_of(0, o.1), home, "expected flow {i} in the home block");
+        }
+        assert_eq!(env.block_word(home) & natrix::tables::BLOCK_MIXED, 0, "expected no table mapping yet");
+        let e = Pkt::tcp(sub(1), 6100, SERVER, 80, SYN);
+        let eo = xlate_out(env, &e, None, "the walk is full: a table mapping");
+        assert_ne!(env.block_of(0, eo.1), home, "expected the table mapping in the other block");
+        let m = env.mapping(sub(1), 6100, TCP).expect("mapping");
+        assert_eq!(m.flags & 2, 0, "expected a table mapping, flags {}", m.flags);
+        assert_ne!(env.block_word(home) & natrix::tables::BLOCK_MIXED, 0, "expected the home block MIXED");
+        xlate_in(env, &reply(&e, eo), (sub(1), 6100), "SYN-ACK: established, kept");
+        check_allocation(env, "a full walk and a table mapping");
+
+        sleep_until(t0, Duration::from_millis(1300));
+        let r = env.sweep();
+        assert_eq!((r.sessions_expired, r.mappings_released), (8, 8), "expected the 8 half-open flows gone: {r:?}");
+        sleep_until(t0, Duration::from_millis(2600)); // hold-down over: the walk has room
+        let before = env.stats();
+        let again = Pkt::tcp(sub(1), 6100, SERVER2, 443, SYN);
+        xlate_out(env, &again, Some(eo), "the same endpoint, a new connection: its table mapping");
+        env.assert_some_counters(&before, &[("mappings_created", 0), ("sessions_created", 1)], "no second mapping");
+        let f = xlate_out(env, &Pkt::tcp(sub(1), 6200, SERVER, 80, SYN), None, "a new endpoint");
+        assert_eq!(env.block_of(0, f.1), home, "expected a new endpoint's mapping back in the home block");
+        let fm = env.mapping(sub(1), 6200, TCP).expect("mapping");
+        assert_eq!(fm.flags & 2, 2, "expected a home-walk mapping");
+    });
+}
+
+/// A static forward whose inside endpoint is a subscriber that owns its home block, the
+/// forward's outside port inside that block: the endpoint's outbound traffic uses the
+/// forward. Its walk misses (a STATIC word is never a walk mapping) and asks the table
+/// because forwards are configured; without that, the walk would make it a second mapping.
+#[test]
+fn a_static_forward_inside_a_home_block_is_its_endpoints_mapping() {
+    // the home block of sub(1) under the default pool (8 addresses, 1024-65535, 256-port
+    // blocks: 252 an address), worked out as bpf/nx_alloc.h does
+    let i = u32::from(sub(1)) % (8 * 252);
+    let (addr, fwd) = (i % 8, (1024 + i / 8 * 256 + 100) as u16);
+    let out_ip = Ipv4Addr::from(u32::from(POOL0) + addr);
+    let c = cfg().raw(&format!(
+        "[[forward]]\nproto = \"udp\"\noutside = \"{out_ip}:{fwd}\"\ninside = \"100.64.0.2:5000\""
+    ));
+    with_env(&c, |env| {
+        let home = home_block(env, sub(1));
+        assert_eq!(env.block_of(addr, fwd), home, "the forward's port is in the home block");
+        let o = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "the subscriber takes its home block");
+        assert_eq!(env.block_of(addr, o.1), home);
+        assert_eq!(port_state(env.port_word(addr, UDP, fwd)), PORT_STATIC, "expected the forward's word STATIC");
+        let before = env.stats();
+        xlate_out(env, &Pkt::udp(sub(1), 5000, SERVER, 53), Some((out_ip, fwd)), "the forwarded endpoint");
+        env.assert_some_counters(&before, &[("mappings_created", 0)], "no mapping made for a forwarded endpoint");
+        xlate_in(env, &Pkt::udp(SERVER2, 7, out_ip, fwd), (sub(1), 5000), "unsolicited, to the forward");
+    });
+}
+
+/// Linear probing's deletion rule in a home block (src/expiry.rs): A and B start their walk
+/// at the same pair, so B's mapping is the next pair. When A expires and its hold-down (and
+/// the 2 s margin) is over, the daemon keeps A's word HELD while B lives (freeing it would
+/// end B's walk before B's word: a lookup of B would miss); C's word, which no live walk
+/// passes, is freed in the same sweep. B keeps its port throughout.
+#[test]
+fn a_held_home_word_a_live_walk_passes_is_kept() {
+    with_env(&one_block_pool("1s"), |env| {
+        let t0 = Instant::now();
+        let (lo, bs) = (1024u16, 8u16);
+        let a = 7000u16;
+        let ca = home_candidate(env, sub(1), UDP, a);
+        let b = (7001..9000u16)
+            .find(|&p| home_candidate(env, sub(1), UDP, p) == ca)
+            .expect("an inside port with A's candidate");
+        let c = (7001..9000u16)
+            .find(|&p| home_candidate(env, sub(1), UDP, p) % 2 != ca % 2)
+            .expect("an inside port of the other parity");
+        let pa = xlate_out(env, &Pkt::udp(sub(1), a, SERVER, 53), None, "A").1;
+        let bp = Pkt::udp(sub(1), b, SERVER, 53);
+        let pb = xlate_out(env, &bp, None, "B").1;
+        let pc = xlate_out(env, &Pkt::udp(sub(1), c, SERVER, 53), None, "C").1;
+        assert_eq!(pa, ca, "expected A on its candidate");
+        assert_eq!(pb, lo + (ca - lo + 2) % bs, "expected B on the next pair of its walk");
+        // B lives on (refreshed), A and C expire
+        let (mut released, mut expired) = (None, 0);
+        while t0.elapsed() < Duration::from_millis(6000) {
+            sleep(Duration::from_millis(200));
+            xlate_out(env, &bp, Some((POOL0, pb)), "B, refreshed");
+            expired += env.sweep().sessions_expired;
+            if expired == 2 && released.is_none() {
+                released = Some(Instant::now());
+            }
+            if let Some(at) = released {
+                if at.elapsed() > Duration::from_millis(3300) {
+                    break;
+                }
+            }
+        }
+        assert!(released.is_some(), "expected A and C expired, {expired} session(s) did");
+        sleep(Duration::from_millis(200));
+        let r = env.sweep();
+        assert_eq!(port_state(env.port_word(0, UDP, pa)), PORT_HELD, "expected A's word kept HELD ({r:?})");
+        assert_eq!(env.port_word(0, UDP, pc), PORT_FREE, "expected C's word freed ({r:?})");
+        xlate_out(env, &bp, Some((POOL0, pb)), "B still finds its mapping past A's word");
+        let m = env.mapping(sub(1), b, UDP).expect("B's mapping");
+        assert_eq!((m.flags, m.nsess, u16::from_be(m.out_port)), (2, 1, pb), "B's mapping, one session");
+    });
+}
+
 /// In its home block, a subscriber's mapping is the port word its endpoint's walk reaches
 /// (bpf/nx_home.h): the walk starts at the pair a keyed hash of the inside endpoint gives,
 /// on the inside port's parity, which the packet alone determines (so the packet path
@@ -770,6 +894,10 @@ fn home_block_claims_start_at_the_hashed_candidate() {
         let t = home_candidate(env, sub(1), TCP, 31000);
         assert_eq!(xlate_out(env, &Pkt::tcp(sub(1), 31000, SERVER, 443, SYN), None, "TCP SYN").1, t);
         check_allocation(env, "after 107 flows in home blocks");
+        let st = natrix::show::stats(&env.dp.tables).expect("stats");
+        let h = st.home_walk.expect("home_walk in dynamic mode");
+        assert_eq!((h.blocks, h.mixed, h.mappings, h.held), (6, 0, 107, 0), "home_walk: {h:?}");
+        assert_eq!(st.mappings, 107, "expected the home-walk mappings counted as mappings");
     });
 }
 
