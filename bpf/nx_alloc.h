@@ -62,7 +62,6 @@ static __always_inline int nx_det_range(struct nx_config *cfg, __u32 sip, __u32 
  * then to the next block of each, so any n_addrs * blocks_per_addr consecutive subscribers
  * have distinct home blocks. While it owns that block, its mappings there are port words
  * found by a walk from the endpoint (nx_home.h). */
-#define NX_NO_HINT 0xffffffffu /* next_port: nothing worth fetching early */
 
 static __always_inline __s64 nx_home_block(struct nx_config *cfg, __u32 sip)
 {
@@ -329,8 +328,8 @@ static __always_inline void nx_block_unclaim(__u32 gid, __u32 sip)
 {
 	__u64 *w = nx_block(gid);
 
-	if (w && __sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0) !=
-		     (NX_BLOCK_USED_ONE | sip))
+	if (w &&
+	    __sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0) != (NX_BLOCK_USED_ONE | sip))
 		__sync_val_compare_and_swap(w, NX_BLOCK_MIXED | NX_BLOCK_USED_ONE | sip, 0);
 }
 
@@ -437,8 +436,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	 * read at all while it has room. (Never the home block: the walk claims there.) */
 	cur = *(volatile __u32 *)&sub->cur_block;
 	if (cur && cur - 1 - addr * cfg->blocks_per_addr < cfg->blocks_per_addr &&
-	    (__s64)(cur - 1) != nx_home_gid(sip) &&
-	    nx_block_reserve(cur - 1, sip) == 0) {
+	    (__s64)(cur - 1) != nx_home_gid(sip) && nx_block_reserve(cur - 1, sip) == 0) {
 		port = nx_claim_in_block(cfg, sub, cur - 1, c.pp, nx_port_word(sip, in_port_h));
 		if (port >= 0)
 			return port;

@@ -104,9 +104,9 @@ static __always_inline int nx_home_mix(__u64 *bw, __u32 sip)
 }
 
 /* Find (create = 0), or find or claim in the home block (create = 1, the endpoint's lock
- * held: nx_dyn_map; 2: the same, the new-mapping rate checked already), the mapping of inside endpoint sip, pp = NX_PP(protocol index,
- * inside port). Returns as described at NX_HW_NEW. Never makes a table mapping. Global,
- * scalar arguments: verified once. */
+ * held: nx_dyn_map; 2: the same, the new-mapping rate checked already), the mapping of inside
+ * endpoint sip, pp = NX_PP(protocol index, inside port). Returns as described at NX_HW_NEW. Never
+ * makes a table mapping. Global, scalar arguments: verified once. */
 __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 {
 	struct nx_config *cfg = nx_config();

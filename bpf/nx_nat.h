@@ -133,7 +133,8 @@ __noinline long nx_dyn_table(__u32 sip, __u32 pp, __u32 now, long a)
 			     (__u64)(now + nx_timeout(cfg, proto, NX_TCP_SYN_OUT)) << 32);
 	if (ins < 0 || !(ins & NX_TAB_NEW)) {
 		/* full (or, which the lock excludes, created meanwhile): this port goes back */
-		nx_port_unclaim(cfg, (__u32)(a >> 16), pidx, (__u16)a, nx_port_word(sip, (__u16)pp));
+		nx_port_unclaim(cfg, (__u32)(a >> 16), pidx, (__u16)a,
+				nx_port_word(sip, (__u16)pp));
 		r = ins < 0 ? ins : NX_HW_TAB | (__u32)ins;
 		goto out;
 	}
@@ -163,9 +164,9 @@ static __always_inline struct nx_map *nx_map_get(struct nx_config *cfg, struct n
 	} else if (create) {
 		r = nx_dyn_map(mk->in_ip, pp);
 		if (r >= 0 && (r & NX_HW_NONE))
-			r = nx_dyn_table(mk->in_ip, pp, now,
-					 nx_alloc(mk->in_ip, pp >> 16, pp & 0xffff,
-						  (__u32)(r & NX_HW_OWNER)));
+			r = nx_dyn_table(
+			    mk->in_ip, pp, now,
+			    nx_alloc(mk->in_ip, pp >> 16, pp & 0xffff, (__u32)(r & NX_HW_OWNER)));
 		*created = r >= 0 && (r & NX_HW_NEW);
 	} else {
 		r = nx_home_map(mk->in_ip, pp, 0);
@@ -175,7 +176,7 @@ static __always_inline struct nx_map *nx_map_get(struct nx_config *cfg, struct n
 		r = -NX_DROP_NO_MAPPING;
 	if (r < 0) {
 		*reason = r == -NX_DROP_NO_MAPPING && mk->proto == IPPROTO_TCP ? NX_DROP_TCP_NO_SYN
-									: (int)-r;
+									       : (int)-r;
 		return 0;
 	}
 	m = cfg->det_count ? nx_det_cur() : nx_home_result(r);

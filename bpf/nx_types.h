@@ -209,11 +209,11 @@ struct nx_fibc_gen {
 #define NX_BLOCK_USED(w) ((__u32)((w) >> 32) & 0x7fffffffu)
 
 /* ---- Subscribers (map nx_subs, open-addressed by inside address, see nx_subs.h) -----
- * One 192-byte entry per slot, three cache lines: the first holds everything a new
- * connection of a known subscriber reads in the common case (key, pool address, rate
- * state, the block it last claimed from and the port each protocol tries first), so the
- * packet path can fetch it, and the port word it names, early and in parallel with the
- * mapping lookup; the other two hold the block slots, read only when that block is full.
+ * One 192-byte entry per slot, three cache lines: the first holds everything a claim for
+ * the mapping table reads in the common case (key, pool address, rate state, the block it
+ * last claimed from and the port each protocol tries first); the other two hold the block
+ * slots, read only when that block is full. A home-walk mapping (nx_home.h) reads none
+ * of it (the rate state only when a new-mapping rate limit is configured).
  * key: state (enum nx_sub_state) in bits 33..32, inside address (network order) in 31..0;
  * changed only with compare-and-swap. */
 enum nx_sub_state {

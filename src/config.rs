@@ -2117,6 +2117,19 @@ sweep_interval = "250ms"
         }
     }
 
+    // ---- nat.home_probe ----
+
+    #[test]
+    fn nat_home_probe() {
+        assert_eq!(ok(&with("")).nat.home_probe, 64);
+        assert_eq!(ok(&with("[nat]\nhome_probe = 8")).nat.home_probe, 8);
+        assert_eq!(ok(&with("[nat]\nhome_probe = 0")).nat.home_probe, 0, "0: every mapping in the table");
+        let m = key_error(&with("[nat]\nhome_probe = 4097"), "nat.home_probe");
+        assert!(m.contains("4096"), "{m}");
+        key_error(&with("[nat]\nhome_probe = -1"), "nat.home_probe");
+        key_error(&with("[nat]\nhome_probe = \"64\""), "nat.home_probe");
+    }
+
     // ---- nat.mode = "deterministic" (RFC 7422) ----
 
     #[test]
@@ -2139,6 +2152,7 @@ sweep_interval = "250ms"
         let m = key_error(&det("deterministic_ports = 2018"), "nat.deterministic_ports");
         assert!(m.contains("at most 2016"), "{m}");
         key_error(&det("block_size = 128"), "nat.block_size");
+        key_error(&det("home_probe = 8"), "nat.home_probe");
         key_error(&det("max_new_mappings_per_sec = 10"), "nat.max_new_mappings_per_sec");
         key_error(&det("port_class = true"), "nat.port_class");
         key_error(

@@ -512,7 +512,9 @@ impl Dataplane {
             let new = nx_config_from(cfg, 0, seed);
             // ... and where each endpoint's walk starts (the parity) and how far it goes
             // (both modes' walks start on the endpoint's parity when port parity is on)
-            let walk = |c: &nx_config| (c.det_base, c.det_count, c.det_per_addr, c.det_ports, c.det_probe, c.home_probe, c.flags & 1);
+            let walk = |c: &nx_config| {
+                (c.det_base, c.det_count, c.det_per_addr, c.det_ports, c.det_probe, c.home_probe, c.flags & 1)
+            };
             if walk(&old) != walk(&new) {
                 return Err(DataplaneError::Incompatible {
                     pin,

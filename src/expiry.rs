@@ -20,9 +20,9 @@ use tracing::debug;
 
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, walk_home,
-    now_ns, now_tick, read_pod, MmapWords, TableError, Tables, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT,
-    PORT_STATE_SHIFT, PORT_USED,
+    block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, now_ns,
+    now_tick, read_pod, walk_home, MmapWords, TableError, Tables, PORT_HELD, PORT_NSESS_MAX,
+    PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
 };
 
 const NX_REAP_SESSIONS: u32 = 1;
@@ -149,7 +149,10 @@ impl Sweeper {
         for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
             let state = v >> PORT_STATE_SHIFT;
-            if state == PORT_USED && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0 && is_home_word(&cfg, idx, v) {
+            if state == PORT_USED
+                && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0
+                && is_home_word(&cfg, idx, v)
+            {
                 let held = PORT_HELD << PORT_STATE_SHIFT | now_s as u64;
                 if self.idle_last.contains(&(idx, v))
                     && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()

@@ -108,7 +108,15 @@ pub fn home_start(cfg: &nx_config, in_ip: u32, pidx: u32, in_port: u16, first: u
 }
 
 /// nx_walk_start: a walk over `npairs` pairs, its hash keyed with `key`.
-fn walk_start(cfg: &nx_config, key: u64, npairs: u32, in_ip: u32, pidx: u32, in_port: u16, first: u32) -> u32 {
+fn walk_start(
+    cfg: &nx_config,
+    key: u64,
+    npairs: u32,
+    in_ip: u32,
+    pidx: u32,
+    in_port: u16,
+    first: u32,
+) -> u32 {
     let pp = pidx << 16 | u32::from(in_port);
     let h = tab_hash((in_ip as u64) << 32 | pp as u64, key, cfg.tab_seed);
     let par = if cfg.flags & 1 != 0 && pidx != 2 { (pp ^ first) & 1 } else { (h >> 40) as u32 & 1 };
@@ -621,8 +629,9 @@ impl Tables {
             let (addr, first) = (gid / bpa, usize::from(cfg.port_lo) + gid % bpa * bs);
             for pidx in 0..NPROTO as usize {
                 let base = (addr * NPROTO as usize + pidx) << 16 | first;
-                for idx in base..(base + bs).min(words.len()) {
-                    let v = words[idx].load(Ordering::Relaxed);
+                let Some(range) = words.get(base..base + bs) else { continue };
+                for (idx, w) in (base..).zip(range) {
+                    let v = w.load(Ordering::Relaxed);
                     if (v >> 16) as u32 == owner {
                         if let Some(m) = word_mapping(&pool, idx, v) {
                             out.push((m.key, m));
@@ -1033,7 +1042,12 @@ fn word_mapping(pool: &[Ipv4Addr], idx: usize, v: u64) -> Option<nx_map> {
     }
     let (addr, pidx, port) = ((idx >> 16) / 3, (idx >> 16) % 3, (idx & 0xffff) as u16);
     let out_ip = pool.get(addr)?;
-    let key = nx_map_key { in_ip: (v >> 16) as u32, in_port: (v as u16).to_be(), proto: [6u8, 17, 1][pidx], pad: 0 };
+    let key = nx_map_key {
+        in_ip: (v >> 16) as u32,
+        in_port: (v as u16).to_be(),
+        proto: [6u8, 17, 1][pidx],
+        pad: 0,
+    };
     Some(nx_map {
         key,
         out_ip: u32::from_ne_bytes(out_ip.octets()),

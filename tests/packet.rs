@@ -136,7 +136,8 @@ fn home_candidate(env: &Env, ip: Ipv4Addr, proto: u8, port: u16) -> u16 {
     let (lo, bs, bpa) =
         (env.cfg.pool.port_lo as u32, env.cfg.nat.block_size as u32, env.cfg.block_count_per_addr());
     let first = lo + (home_block(env, ip) % bpa) * bs;
-    (first + natrix::tables::home_start(&cfg, ip_be(ip), natrix::tables::proto_idx(proto), port, first)) as u16
+    (first + natrix::tables::home_start(&cfg, ip_be(ip), natrix::tables::proto_idx(proto), port, first))
+        as u16
 }
 
 /// The allocation invariants over every live mapping:
@@ -180,7 +181,8 @@ fn check_allocation(env: &Env, what: &str) {
         );
         let w = env.port_word(addr, k.proto, out_port);
         let walked = m.flags & 2 != 0;
-        let counted = if walked { nsess.get(&(k.in_ip, k.in_port, k.proto)).copied().unwrap_or(0) } else { 0 };
+        let counted =
+            if walked { nsess.get(&(k.in_ip, k.in_port, k.proto)).copied().unwrap_or(0) } else { 0 };
         let want = USED_TAG | counted << 48 | ((k.in_ip as u64) << 16) | in_port as u64;
         assert_eq!(
             w, want,
@@ -730,7 +732,8 @@ fn a_table_mapping_of_a_walking_subscriber_stays_its_endpoints_mapping() {
         let t0 = Instant::now();
         let home = home_block(env, sub(1));
         for i in 0..8u16 {
-            let o = xlate_out(env, &Pkt::tcp(sub(1), 6000 + i, SERVER, 80, SYN), None, "filling the home walk");
+            let o =
+                xlate_out(env, &Pkt::tcp(sub(1), 6000 + i, SERVER, 80, SYN), None, "filling the home walk");
             assert_eq!(env.block_of(0, o.1), home, "expected flow {i} in the home block");
         }
         assert_eq!(env.block_word(home) & natrix::tables::BLOCK_MIXED, 0, "expected no table mapping yet");
@@ -745,12 +748,20 @@ fn a_table_mapping_of_a_walking_subscriber_stays_its_endpoints_mapping() {
 
         sleep_until(t0, Duration::from_millis(1300));
         let r = env.sweep();
-        assert_eq!((r.sessions_expired, r.mappings_released), (8, 8), "expected the 8 half-open flows gone: {r:?}");
+        assert_eq!(
+            (r.sessions_expired, r.mappings_released),
+            (8, 8),
+            "expected the 8 half-open flows gone: {r:?}"
+        );
         sleep_until(t0, Duration::from_millis(2600)); // hold-down over: the walk has room
         let before = env.stats();
         let again = Pkt::tcp(sub(1), 6100, SERVER2, 443, SYN);
         xlate_out(env, &again, Some(eo), "the same endpoint, a new connection: its table mapping");
-        env.assert_some_counters(&before, &[("mappings_created", 0), ("sessions_created", 1)], "no second mapping");
+        env.assert_some_counters(
+            &before,
+            &[("mappings_created", 0), ("sessions_created", 1)],
+            "no second mapping",
+        );
         let f = xlate_out(env, &Pkt::tcp(sub(1), 6200, SERVER, 80, SYN), None, "a new endpoint");
         assert_eq!(env.block_of(0, f.1), home, "expected a new endpoint's mapping back in the home block");
         let fm = env.mapping(sub(1), 6200, TCP).expect("mapping");
@@ -775,12 +786,21 @@ fn a_static_forward_inside_a_home_block_is_its_endpoints_mapping() {
     with_env(&c, |env| {
         let home = home_block(env, sub(1));
         assert_eq!(env.block_of(addr, fwd), home, "the forward's port is in the home block");
-        let o = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "the subscriber takes its home block");
+        let o =
+            xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "the subscriber takes its home block");
         assert_eq!(env.block_of(addr, o.1), home);
-        assert_eq!(port_state(env.port_word(addr, UDP, fwd)), PORT_STATIC, "expected the forward's word STATIC");
+        assert_eq!(
+            port_state(env.port_word(addr, UDP, fwd)),
+            PORT_STATIC,
+            "expected the forward's word STATIC"
+        );
         let before = env.stats();
         xlate_out(env, &Pkt::udp(sub(1), 5000, SERVER, 53), Some((out_ip, fwd)), "the forwarded endpoint");
-        env.assert_some_counters(&before, &[("mappings_created", 0)], "no mapping made for a forwarded endpoint");
+        env.assert_some_counters(
+            &before,
+            &[("mappings_created", 0)],
+            "no mapping made for a forwarded endpoint",
+        );
         xlate_in(env, &Pkt::udp(SERVER2, 7, out_ip, fwd), (sub(1), 5000), "unsolicited, to the forward");
     });
 }
@@ -882,7 +902,11 @@ fn home_block_claims_start_at_the_hashed_candidate() {
             let o = xlate_out(env, &Pkt::udp(sub(1), inp, SERVER, 53), None, &format!("flow {i}"));
             assert_eq!(o.1, want, "flow {i}: expected the walk's first FREE word from candidate {cand}");
             let m = env.mapping(sub(1), inp, UDP).expect("mapping");
-            assert_eq!((m.flags, m.nsess), (2, 1), "flow {i}: expected a home-walk mapping counting its session");
+            assert_eq!(
+                (m.flags, m.nsess),
+                (2, 1),
+                "flow {i}: expected a home-walk mapping counting its session"
+            );
         }
         // 101 of 128 pairs of a parity taken: many walks pass taken words
         assert!(passed >= 10, "expected walks passing taken candidates, {passed} did");
@@ -1051,7 +1075,10 @@ fn a_claim_through_a_vanishing_subscriber_is_undone() {
         let twin = home_twin(env, sub(1), 1);
         xlate_out(env, &Pkt::udp(twin, 40000, SERVER, 53), None, "the twin's flow");
         let o = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "first flow");
-        assert!(env.mapping(sub(1), 40000, UDP).is_some_and(|m| m.flags & 2 == 0), "expected a table mapping");
+        assert!(
+            env.mapping(sub(1), 40000, UDP).is_some_and(|m| m.flags & 2 == 0),
+            "expected a table mapping"
+        );
         let addr = env.pool_index(o.0);
         let m = natrix::tables::MmapWords::new(&env.dp.tables.subs, "nx_subs").expect("mmap nx_subs");
         let words = std::mem::size_of::<natrix::skel::types::nx_sub>() / 8;
@@ -1428,9 +1455,18 @@ fn full_mapping_table_drops_and_never_evicts() {
             })
             .collect();
         expect_refused(env, &Pkt::udp(sub(1), 8100, SERVER, 53), "table_full", "fifth mapping");
-        assert_eq!(env.dp.tables.table_mappings().expect("mappings").len(), 4, "expected the 4 mappings, none evicted");
+        assert_eq!(
+            env.dp.tables.table_mappings().expect("mappings").len(),
+            4,
+            "expected the 4 mappings, none evicted"
+        );
         assert_eq!(env.mappings().len(), 6, "expected the 4 table mappings and the twins' 2 home-walk ones");
-        xlate_out(env, &Pkt::udp(twins[0], 7001, SERVER, 53), None, "a home-walk mapping while the table is full");
+        xlate_out(
+            env,
+            &Pkt::udp(twins[0], 7001, SERVER, 53),
+            None,
+            "a home-walk mapping while the table is full",
+        );
         // the port claimed for the refused flow went back: counts and words agree
         check_allocation(env, "after a table_full drop");
         for (p, o) in &flows {
@@ -1593,7 +1629,11 @@ fn expiry_releases_holds_down_then_frees() {
         let ports = [(UDP, u.1), (ICMP, i.1), (TCP, t.1)];
         let s = env.subscriber(sub(1)).expect("subscriber");
         let gid = s.blocks[0] - 1;
-        assert_eq!(natrix::tables::block_used(env.block_word(gid)), 3, "expected 3 ports counted in the block");
+        assert_eq!(
+            natrix::tables::block_used(env.block_word(gid)),
+            3,
+            "expected 3 ports counted in the block"
+        );
         assert_eq!(gid, home_block(env, sub(1)), "expected the home block, its ports home-walk mappings");
 
         let r = env.sweep();
@@ -1619,7 +1659,11 @@ fn expiry_releases_holds_down_then_frees() {
             let at = (w as u32) as u64;
             assert!(at.abs_diff(now_s) <= 1, "expected the hold-down start {at} to be now ({now_s})");
         }
-        assert_eq!(natrix::tables::block_used(env.block_word(gid)), 3, "expected held ports still counted in the block");
+        assert_eq!(
+            natrix::tables::block_used(env.block_word(gid)),
+            3,
+            "expected held ports still counted in the block"
+        );
         assert!(env.subscriber(sub(1)).is_some(), "expected the subscriber kept while its block holds ports");
 
         // a held word of a home block its subscriber owns is freed 2 s after its hold-down
