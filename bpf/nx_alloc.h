@@ -11,6 +11,10 @@
  * Work per packet is bounded: at most max_blocks blocks of block_size ports, plus one
  * block scan of one pool address for a new block. Release (expiry, hold-down, returning
  * empty blocks) is the daemon's job; see src/expiry.rs.
+ *
+ * The subscriber's home block is not claimed in here: while the subscriber owns it, its
+ * ports there are found and claimed by the home walk (nx_home.h), and this allocator,
+ * which serves the mapping table, passes it over; taking it returns NX_ALLOC_HOME.
  */
 #ifndef NX_ALLOC_H
 #define NX_ALLOC_H
@@ -56,16 +60,8 @@ static __always_inline int nx_det_range(struct nx_config *cfg, __u32 sip, __u32 
  * Every subscriber has one block it takes first whenever that block is free, a function
  * of its address alone: consecutive subscriber addresses go to consecutive pool addresses,
  * then to the next block of each, so any n_addrs * blocks_per_addr consecutive subscribers
- * have distinct home blocks. Inside the home block, the first port an inside endpoint
- * tries is given by a keyed hash of the endpoint (RFC 6056 algorithm 3; the key is the
- * tables' secret seed), the step after it is random as in any block.
- * So the packet alone says which port word a new connection will most likely claim, and
- * nx_alloc_prefetch starts fetching it while the session lookup misses: no read of the
- * subscriber's state stands between the packet and that word (docs/PERFORMANCE.md, R25).
- * Nothing depends on it for correctness: a home block another subscriber holds is passed
- * over, and a subscriber holding other blocks uses them as before. */
-#define NX_HOME_KEY 0x6e78686f6d65ULL /* "nxhome": keeps this hash apart from the tables' */
-#define NX_NO_HINT 0xffffffffu	      /* next_port: nothing worth fetching early */
+ * have distinct home blocks. While it owns that block, its mappings there are port words
+ * found by a walk from the endpoint (nx_home.h). */
 
 static __always_inline __s64 nx_home_block(struct nx_config *cfg, __u32 sip)
 {
@@ -77,18 +73,47 @@ static __always_inline __s64 nx_home_block(struct nx_config *cfg, __u32 sip)
 	return (__s64)(i % n) * bpa + i / n;
 }
 
-/* The first candidate of inside endpoint (sip, pp) in its home block, as an offset from
- * the block's first port: an even pair 0 .. half-1 plus the parity offset par. */
-static __always_inline __u32 nx_home_pair(struct nx_config *cfg, __u32 sip, __u32 pp, __u32 half)
+/* Whether global block gid is the home block of subscriber sip, where its mappings are
+ * the home walk's (nx_home.h; none with home_probe 0: every mapping in the table). */
+static __always_inline int nx_is_home(struct nx_config *cfg, __u32 sip, __u32 gid)
 {
-	return (__u32)(nx_tab_hash((__u64)sip << 32 | pp, NX_HOME_KEY, cfg->tab_seed) % half);
+	return cfg->home_probe && nx_home_block(cfg, sip) == (__s64)gid;
+}
+
+/* Subscriber sip's home block where the home walk claims, or -1 (none, or home_probe 0).
+ * Global: the allocator's paths do not split on the steps inside. */
+__noinline long nx_home_gid(__u32 sip)
+{
+	struct nx_config *cfg = nx_config();
+
+	return cfg && cfg->home_probe ? nx_home_block(cfg, sip) : -1;
+}
+
+/* Whether subscriber sip owns its home block (1) or not (0). Global: verified once, and
+ * the allocator's paths do not split on the steps inside. */
+__noinline int nx_home_owned(__u32 sip)
+{
+	struct nx_config *cfg = nx_config();
+	__s64 home;
+	__u32 gid;
+	__u64 *w;
+
+	if (!cfg || !cfg->home_probe)
+		return 0;
+	home = nx_home_block(cfg, sip);
+	if (home < 0)
+		return 0;
+	gid = (__u32)home;
+	w = bpf_map_lookup_elem(&nx_blocks, &gid);
+	return w && NX_BLOCK_OWNER(*(volatile __u64 *)w) == sip;
 }
 
 /* Take subscriber sip's home block, one port reserved, if it is free and (unless addr is
- * NX_ANY_ADDR) on pool address addr. Returns its global block id, or -1. Global, scalar
- * arguments: verified once, not once per path through the allocator. */
+ * NX_ANY_ADDR) on pool address addr; mixed: NX_BLOCK_MIXED when the subscriber may hold
+ * mappings in the table already, else 0. Returns its global block id, or -1. Global,
+ * scalar arguments: verified once, not once per path through the allocator. */
 #define NX_ANY_ADDR 0xffffffffu
-__noinline long nx_home_take(__u32 sip, __u32 addr)
+__noinline long nx_home_take(__u32 sip, __u32 addr, __u64 mixed)
 {
 	struct nx_config *cfg = nx_config();
 	__s64 home;
@@ -104,8 +129,9 @@ __noinline long nx_home_take(__u32 sip, __u32 addr)
 	if (addr != NX_ANY_ADDR && gid / cfg->blocks_per_addr != addr)
 		return -1;
 	w = bpf_map_lookup_elem(&nx_blocks, &gid);
+	mixed &= NX_BLOCK_MIXED;
 	if (!w || *(volatile __u64 *)w != 0 ||
-	    __sync_val_compare_and_swap(w, 0, NX_BLOCK_USED_ONE | sip) != 0)
+	    __sync_val_compare_and_swap(w, 0, mixed | NX_BLOCK_USED_ONE | sip) != 0)
 		return -1;
 	nx_count(NX_STAT_BLOCK_ALLOC);
 	nx_count(NX_STAT_HOME_BLOCK);
@@ -178,28 +204,22 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 	__u32 bpa = cfg->blocks_per_addr;
 	__u32 bs = cfg->block_size;
 	__u32 pidx = pp >> 16, in_port_h = pp & 0xffff;
-	struct nx_scratch *scr = nx_scratch_get();
-	__u32 addr_idx, first, hint, away, hp;
+	__u32 addr_idx, first, hint, in;
 	struct nx_pscan s;
 
-	if (!scr || !bpa || bs < 2 || pidx >= NX_NPROTO)
+	if (!bpa || bs < 2 || pidx >= NX_NPROTO)
 		return -1;
 	addr_idx = gid / bpa;
 	first = cfg->port_lo + (gid - addr_idx * bpa) * bs;
 	s.base = nx_port_index(addr_idx, pidx, first);
 	nx_pscan_init(&s, bs / 2);
-	/* Start where nx_alloc_prefetch fetched early: in the home block at the endpoint's
-	 * hashed pair, elsewhere at the pair the previous claim drew at random for this one.
-	 * The step stays this claim's own random one. The home candidate is the one
-	 * nx_alloc_prefetch left in the scratch; it is in this block exactly when gid is the
-	 * home block. That is kept as arithmetic (away = 0 or 1), not a branch: a branch here
-	 * doubles every path the verifier walks after each of the allocator's claims. */
-	hp = scr->home_idx - s.base;
-	away = 1 - (__u32)(((__u64)hp - bs) >> 63);
-	hint = sub->next_port[pidx] - s.base;
-	if (hint / 2 < s.half)
-		s.start = hint / 2;
-	s.start = (s.start & -away) | ((hp / 2) & (away - 1));
+	/* Start at the pair the previous claim drew at random for this one, if it is in this
+	 * block, with this claim's own random step. Kept as arithmetic (in = 0 or 1), not a
+	 * branch: a branch here doubles every path the verifier walks after each of the
+	 * allocator's claims. */
+	hint = (sub->next_port[pidx] - s.base) / 2;
+	in = (__u32)(((__u64)hint - s.half) >> 63);
+	s.start = (s.start & (in - 1)) | (hint & -in);
 	s.word = word;
 	s.found = -1;
 	/* parity of the offset that gives an outside port of the inside port's parity */
@@ -213,10 +233,8 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 	}
 	if (s.found < 0)
 		return -1;
-	/* the next claim's first candidate, unpredictable like any other (RFC 6056); none in
-	 * the home block, whose candidate the packet gives */
-	sub->next_port[pidx] =
-	    ((s.base + 2 * (bpf_get_prandom_u32() % s.half)) & -away) | (NX_NO_HINT & (away - 1));
+	/* the next claim's first candidate, unpredictable like any other (RFC 6056) */
+	sub->next_port[pidx] = s.base + 2 * (bpf_get_prandom_u32() % s.half);
 	if (sub->cur_block != gid + 1)
 		sub->cur_block = gid + 1;
 	return first + s.found;
@@ -304,13 +322,15 @@ static __always_inline __s64 nx_block_claim(struct nx_config *cfg, __u32 addr_id
 	return s.found;
 }
 
-/* Give back a block claimed by nx_block_claim that could not be recorded anywhere. */
+/* Give back a block claimed by nx_block_claim or nx_home_take that could not be recorded
+ * anywhere. */
 static __always_inline void nx_block_unclaim(__u32 gid, __u32 sip)
 {
 	__u64 *w = nx_block(gid);
 
-	if (w)
-		__sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0);
+	if (w &&
+	    __sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0) != (NX_BLOCK_USED_ONE | sip))
+		__sync_val_compare_and_swap(w, NX_BLOCK_MIXED | NX_BLOCK_USED_ONE | sip, 0);
 }
 
 /* Release a port claimed on this path that never became visible (lost an insert race):
@@ -371,8 +391,9 @@ static long nx_slots_cb(__u64 i, void *vctx)
 		return 0;
 	}
 	gid = v - 1;
-	if (v == c->skip || gid - c->addr * c->cfg->blocks_per_addr >= c->cfg->blocks_per_addr)
-		return 0; /* tried first and full, or on another address (see nx_alloc) */
+	if (v == c->skip || gid - c->addr * c->cfg->blocks_per_addr >= c->cfg->blocks_per_addr ||
+	    nx_is_home(c->cfg, c->sip, gid))
+		return 0; /* tried first and full, on another address, or the home block */
 	if (nx_block_reserve(gid, c->sip) < 0) {
 		/* released by the daemon (or never ours): the slot is reusable */
 		c->free_slot = slot;
@@ -388,8 +409,12 @@ static long nx_slots_cb(__u64 i, void *vctx)
 	return 0;
 }
 
+/* nx_alloc_port took the subscriber's home block: its port is the home walk's to claim */
+#define NX_ALLOC_HOME (-(int)NX_STAT_MAX - 1)
+
 /* Allocate an outside port for (sip, in_port) on pool address addr in the subscriber's
- * blocks, taking a new block there when its blocks are full and the quota allows. */
+ * blocks other than its home block, taking a new block there when its blocks are full and
+ * the quota allows: its home block if free (then NX_ALLOC_HOME), else any. */
 static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *sub, __u32 addr,
 					 __u32 sip, __u32 pidx, __u16 in_port_h)
 {
@@ -407,12 +432,11 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	c.pp = NX_PP(pidx, in_port_h);
 	c.free_slot = -1;
 	c.port = -1;
-	/* The block the last port came from first: its word and the candidate port's are what
-	 * nx_alloc_prefetch fetched, and the block slots (two more lines) are not read at all
-	 * while it has room. */
+	/* The block the last port came from first: the block slots (two more lines) are not
+	 * read at all while it has room. (Never the home block: the walk claims there.) */
 	cur = *(volatile __u32 *)&sub->cur_block;
 	if (cur && cur - 1 - addr * cfg->blocks_per_addr < cfg->blocks_per_addr &&
-	    nx_block_reserve(cur - 1, sip) == 0) {
+	    (__s64)(cur - 1) != nx_home_gid(sip) && nx_block_reserve(cur - 1, sip) == 0) {
 		port = nx_claim_in_block(cfg, sub, cur - 1, c.pp, nx_port_word(sip, in_port_h));
 		if (port >= 0)
 			return port;
@@ -438,8 +462,9 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 	if (c.free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 
-	/* the home block if it is on this address and free, else any free one there */
-	gid = nx_home_take(sip, addr);
+	/* the home block if it is on this address and free (the subscriber holds other
+	 * blocks: mixed from the start), else any free one there */
+	gid = nx_home_take(sip, addr, NX_BLOCK_MIXED);
 	if (gid < 0)
 		gid = nx_block_claim(cfg, addr, sip);
 	if (gid < 0)
@@ -450,6 +475,12 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		nx_block_unclaim(gid, sip);
 		nx_count(NX_STAT_ALLOC_RETRY);
 		return NX_ALLOC_AGAIN;
+	}
+	if (gid == nx_home_gid(sip)) {
+		/* recorded; its reservation dropped (as a new subscriber's first block is): the
+		 * walk reserves its own (the daemon releases a block only when seen empty twice) */
+		nx_block_unreserve(gid);
+		return NX_ALLOC_HOME;
 	}
 	port = nx_claim_in_block(cfg, sub, gid, c.pp, nx_port_word(sip, in_port_h));
 	if (port < 0) {
@@ -481,9 +512,9 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 		*reason = NX_DROP_POOL_EXHAUSTED;
 		return 0;
 	}
-	/* its home block when free; a subscriber whose home another holds goes where the
-	 * daemon designated */
-	gid = nx_home_take(sip, NX_ANY_ADDR);
+	/* its home block when free (a new subscriber has no mapping anywhere: not mixed); a
+	 * subscriber whose home another holds goes where the daemon designated */
+	gid = nx_home_take(sip, NX_ANY_ADDR, 0);
 	if (gid >= 0) {
 		a = (__u32)gid / cfg->blocks_per_addr;
 		goto claimed;
@@ -524,6 +555,14 @@ claimed:
 	if (!sub)
 		*reason = NX_DROP_INTERNAL;
 	return sub;
+}
+
+/* Whether inside port in_port_h of protocol pidx is of the low class (RFC 4787 REQ-3, when
+ * configured): its mapping is a port below 1024, always in the mapping table. */
+static __always_inline int nx_low_class(struct nx_config *cfg, __u32 pidx, __u32 in_port_h)
+{
+	return (cfg->flags & NX_CF_PORT_CLASS) && in_port_h > 0 && in_port_h < 1024 &&
+	       pidx != NX_P_ICMP;
 }
 
 /* Port class (RFC 4787 REQ-3): an inside port below 1024 gets an outside port below 1024.
@@ -619,13 +658,19 @@ __noinline long nx_alloc_confirm(__u32 sip, __u32 addr, __u32 pp, __u32 li)
 	return NX_ALLOC_STALE;
 }
 
-/* The allocator's entry point. A global function: the verifier checks it once, on its own,
- * instead of once per path through the caller, and its scalar-only interface keeps it
- * honest. Returns (pool index << 16) | outside port, minus a drop reason, or
+/* The allocator's entry point, for a mapping in the table: a port-class port, or a port
+ * outside the subscriber's home block (home_full: the subscriber owns its home block and
+ * the home walk found no room there). A global function: the verifier checks it once, on
+ * its own, instead of once per path through the caller, and its scalar-only interface
+ * keeps it honest. Returns (pool index << 16) | outside port, minus a drop reason,
  * NX_ALLOC_STALE (the subscriber entry went away meanwhile, the claim is undone: call
- * again; see nx_alloc_confirm). */
-__noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
+ * again; see nx_alloc_confirm), or NX_ALLOC_HOME: the subscriber owns its home block
+ * now (it is new, or took it here), where the home walk claims (nx_home.h). */
+__noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h, __u32 home_full)
 {
+	/* one value kept across the subscriber lookup, not two: the allocator's calls nest to
+	 * the 512-byte stack's limit */
+	__u32 hp = (home_full ? 1u << 16 : 0) | (in_port_h & 0xffff);
 	struct nx_config *cfg = nx_config();
 	int reason = NX_DROP_INTERNAL;
 	struct nx_sub *sub;
@@ -640,22 +685,27 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h)
 	if (!nx_rate_ok(cfg, sub))
 		return -NX_DROP_RATE_LIMITED;
 	addr = *(volatile __u32 *)&sub->addr_idx;
-	low = (cfg->flags & NX_CF_PORT_CLASS) && in_port_h > 0 && in_port_h < 1024 &&
-	      pidx != NX_P_ICMP;
+	low = nx_low_class(cfg, pidx, hp & 0xffff);
+	/* a new subscriber took its home block, or this one owns it since the walk looked:
+	 * the walk claims there */
+	if (!low && !(hp >> 16) && nx_home_owned(sip))
+		return NX_ALLOC_HOME;
 	if (low)
-		port = nx_alloc_low_port(cfg, sub, addr, sip, pidx, (__u16)in_port_h);
+		port = nx_alloc_low_port(cfg, sub, addr, sip, pidx, (__u16)hp);
 	else
-		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)in_port_h);
+		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)hp);
 	if (port == NX_ALLOC_AGAIN) /* the winner's block is in the slot now */
-		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)in_port_h);
+		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)hp);
 	if (port == NX_ALLOC_AGAIN)
 		port = NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
+	if (port == NX_ALLOC_HOME)
+		return !(hp >> 16) ? NX_ALLOC_HOME : NX_ALLOC_ERR(NX_DROP_INTERNAL);
 	if (port < 0)
 		return port;
 	/* a port-class port counted in an entry that went away stays counted there: that
 	 * entry is dead (or, rarer, taken by another subscriber, which then keeps its entry
 	 * one port longer than it needs); giving it back here did not fit the stack */
-	return nx_alloc_confirm(sip, addr, NX_PP(pidx, port), (__u32)low << 16 | (__u16)in_port_h);
+	return nx_alloc_confirm(sip, addr, NX_PP(pidx, port), (__u32)low << 16 | (__u16)hp);
 }
 
 /* The pool address of subscriber sip, creating the subscriber (and its first block) when
@@ -686,52 +736,6 @@ __noinline long nx_sub_pool_addr(__u32 sip)
 	if (!addr)
 		return -NX_DROP_INTERNAL;
 	return (long)*addr;
-}
-
-/* Called as soon as the session lookup of an outbound packet that may open a connection
- * misses: plain loads, whose values nothing waits for, of the port word the packet's inside
- * endpoint tries first in the subscriber's home block, of the subscriber's hot line, and of
- * the port word the candidate kept there names (a claim outside the home block). The CPU
- * issues the misses now and goes on with the mapping lookup; by the time nx_alloc needs
- * them they are (nearly) in the cache, where otherwise they would be misses in a row
- * (docs/PERFORMANCE.md, R18, R19, R25). No effect on state; a home block another holds, or
- * a stale hint, only makes a load useless. */
-static __always_inline void nx_alloc_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
-					      __u16 in_port_h)
-{
-	struct nx_scratch *scr = nx_scratch_get();
-	__u32 idx, first, bs = cfg->block_size;
-	struct nx_sub *sub;
-	__s64 home;
-	__u64 *w, v;
-
-	if (pidx >= NX_NPROTO || !scr)
-		return;
-	/* the home block's candidate: its address is the packet's alone, so this load is
-	 * issued at once, beside the session line's; the claim finds it in the scratch */
-	scr->home_idx = NX_NO_HINT;
-	home = nx_home_block(cfg, sip);
-	if (home >= 0 && bs >= 2) {
-		first = cfg->port_lo + ((__u32)home % cfg->blocks_per_addr) * bs;
-		idx = nx_port_index((__u32)home / cfg->blocks_per_addr, pidx, first) +
-		      2 * nx_home_pair(cfg, sip, NX_PP(pidx, in_port_h), bs / 2) +
-		      ((in_port_h ^ first) & 1);
-		scr->home_idx = idx;
-		w = bpf_map_lookup_elem(&nx_ports, &idx);
-		if (w) {
-			v = *(volatile __u64 *)w;
-			asm volatile("" ::"r"(v));
-		}
-	}
-	sub = nx_sub_home_entry(cfg, sip);
-	if (!sub || *(volatile __u64 *)&sub->key != NX_SUB_KEY(NX_SUB_LIVE, sip))
-		return;
-	idx = sub->next_port[pidx];
-	w = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (!w)
-		return;
-	v = *(volatile __u64 *)w;
-	asm volatile("" ::"r"(v));
 }
 
 #endif /* NX_ALLOC_H */

@@ -256,14 +256,7 @@ __noinline int nx_icmp_error_out(struct xdp_md *ctx)
 	mk.in_ip = e.eip->daddr;
 	mk.in_port = *e.eport_dst;
 	mk.proto = e.eproto;
-	if (cfg && cfg->det_count) {
-		long r =
-		    nx_det_map(mk.in_ip, NX_PP(nx_proto_idx(mk.proto), bpf_ntohs(mk.in_port)), 0);
-
-		m = r < 0 ? 0 : nx_det_cur();
-	} else {
-		m = nx_map_lookup(&mk);
-	}
+	m = cfg ? nx_map_find(cfg, &mk) : 0;
 	if (!m)
 		return NX_DROP_NO_MAPPING;
 	nx_icmp_rewrite_embedded(&e, 0, m->out_ip, m->out_port);

@@ -140,12 +140,17 @@ struct {
 	__type(value, __u32);
 } nx_tab_cnt SEC(".maps");
 
-/* Insert locks, striped by key hash: finding and inserting a key is atomic for that key. */
+/* Insert locks, striped by key hash: finding and inserting a key is atomic for that key.
+ * The first NX_TAB_LOCKS are the tables' (nx_tab.h), the NX_EP_LOCKS after them inside
+ * endpoints' (nx_home.h): a packet that may open a connection in dynamic mode holds its
+ * endpoint's from finding its mapping to inserting one, table inserts included, so the two
+ * kinds must never share a stripe. */
 #define NX_TAB_LOCKS 4096
+#define NX_EP_LOCKS 4096
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, NX_TAB_LOCKS);
+	__uint(max_entries, NX_TAB_LOCKS + NX_EP_LOCKS);
 	__type(key, __u32);
 	__type(value, __u32);
 } nx_tab_locks SEC(".maps");
@@ -204,13 +209,8 @@ struct {
 /* Per-CPU scratch space for structures too large for the 512-byte BPF stack. */
 struct nx_scratch {
 	struct bpf_fib_lookup fib;
-	/* The nx_ports index of the port the current packet's inside endpoint tries first in
-	 * its subscriber's home block, as nx_alloc_prefetch worked it out (and fetched it);
-	 * NX_NO_HINT if none. Read by the claim (nx_alloc.h) instead of working it out again;
-	 * written for every packet that may reach the claim, before it does. */
-	__u32 home_idx;
-	/* deterministic mode: the packet's mapping, its port word seen as a mapping
-	 * (nx_det_view) */
+	/* a mapping that is a port word (deterministic mode, a home walk's in dynamic mode)
+	 * seen as a mapping (nx_det_fill) */
 	struct nx_map dmap;
 };
 

@@ -58,60 +58,128 @@ static __always_inline int nx_may_create(struct nx_pkt *p)
 	return 1;
 }
 
-/* A new mapping for inside endpoint mk. Deterministic mode: the endpoint's mapping, found,
- * or claimed when create is set (nx_det.h); a session whose mapping existed already counts
- * itself on it as on a new one. Returns the mapping, or 0 with *reason set. */
-static __always_inline struct nx_map *nx_map_create(struct nx_config *cfg, struct nx_map_key *mk,
-						    int create, __u32 now, int *reason)
+/* Dynamic mode, a packet that may open a connection from inside endpoint sip, pp =
+ * NX_PP(protocol index, inside port): its endpoint's lock stripe. */
+static __always_inline __u32 *nx_ep_lock(struct nx_config *cfg, __u32 sip, __u32 pp)
 {
-	__u32 pidx = nx_proto_idx(mk->proto);
-	__u16 in_port_h = bpf_ntohs(mk->in_port);
-	struct nx_map *m;
-	__u32 *out_ip;
-	__u32 addr_idx;
-	__u16 port;
+	__u32 key = NX_TAB_LOCKS + ((__u32)nx_home_hash(cfg, sip, pp) & (NX_EP_LOCKS - 1));
+
+	return bpf_map_lookup_elem(&nx_tab_locks, &key);
+}
+
+/* Dynamic mode, first step for a packet that may open a connection: take the endpoint's
+ * lock, then find its mapping or claim one in its home block (nx_home_map). Returns as
+ * nx_home_map does, or minus a drop reason; the lock is still held (only) when the result
+ * is NX_HW_NONE: a table mapping is to be made (nx_alloc, then nx_dyn_table). Global,
+ * scalar arguments: verified once; the allocator is called from the packet path, not from
+ * here, so that the calls nested on the 512-byte stack stay as deep as they were. */
+__noinline long nx_dyn_map(__u32 sip, __u32 pp)
+{
+	struct nx_config *cfg = nx_config();
+	__u32 *lock;
+	long r;
+
+	if (!cfg)
+		return -NX_DROP_INTERNAL;
+	lock = nx_ep_lock(cfg, sip, pp);
+	if (!lock)
+		return -NX_DROP_INTERNAL;
+	if (nx_tab_lock_take(lock) < 0)
+		return -NX_DROP_TABLE_BUSY;
+	r = nx_home_map(sip, pp, 1);
+	if (r < 0 || !(r & NX_HW_NONE))
+		nx_tab_lock_drop(lock);
+	return r;
+}
+
+/* Second step, the endpoint's lock held: with a, what nx_alloc answered, the walk claims in
+ * the home block the subscriber owns now (NX_ALLOC_HOME), or the port a becomes a table
+ * mapping (its own timer, transitory for TCP, runs until it has a session: now is the
+ * tick). Drops the lock. Returns as nx_home_map does, or minus a drop reason. Global. */
+__noinline long nx_dyn_table(__u32 sip, __u32 pp, __u32 now, long a)
+{
+	struct nx_config *cfg = nx_config();
+	__u32 pidx = pp >> 16, key, *lock, *out_ip;
+	__u8 proto;
 	__s64 ins;
 	long r;
 
-	if (cfg->det_count) {
-		r = nx_det_map(mk->in_ip, NX_PP(pidx, in_port_h), create);
-		if (r < 0) {
-			*reason = r == -NX_DROP_NO_MAPPING && mk->proto == IPPROTO_TCP
-				      ? NX_DROP_TCP_NO_SYN
-				      : (int)-r;
-			return 0;
-		}
-		m = nx_det_cur();
-		if (!m)
-			*reason = NX_DROP_INTERNAL;
-		return m;
+	if (!cfg)
+		return -NX_DROP_INTERNAL;
+	lock = nx_ep_lock(cfg, sip, pp);
+	if (!lock)
+		return -NX_DROP_INTERNAL;
+	if (a == NX_ALLOC_HOME) {
+		/* the subscriber owns its home block now: the walk claims there (nx_alloc
+		 * counted the new mapping against the rate limit) */
+		r = nx_home_map(sip, pp, 2);
+		if (r >= 0 && (r & NX_HW_NONE))
+			r = -NX_DROP_QUOTA_EXCEEDED;
+		goto out;
 	}
-	r = nx_alloc(mk->in_ip, pidx, in_port_h);
-	if (r < 0) {
-		*reason = (int)-r;
-		return 0;
-	}
-	addr_idx = (__u32)(r >> 16);
-	port = (__u16)r;
-	out_ip = bpf_map_lookup_elem(&nx_pool, &addr_idx);
+	r = a;
+	if (a < 0 || pidx >= NX_NPROTO)
+		goto out;
+	key = (__u32)(a >> 16);
+	out_ip = bpf_map_lookup_elem(&nx_pool, &key);
 	if (!out_ip) {
-		*reason = NX_DROP_INTERNAL;
+		nx_port_unclaim(cfg, key, pidx, (__u16)a, nx_port_word(sip, (__u16)pp));
+		r = -NX_DROP_INTERNAL;
+		goto out;
+	}
+	proto = pidx == NX_P_TCP ? IPPROTO_TCP : pidx == NX_P_UDP ? IPPROTO_UDP : IPPROTO_ICMP;
+	ins = nx_maps_insert((__u64)sip | (__u64)bpf_htons((__u16)pp) << 32 | (__u64)proto << 48,
+			     (__u64)*out_ip | (__u64)bpf_htons((__u16)a) << 32,
+			     (__u64)(now + nx_timeout(cfg, proto, NX_TCP_SYN_OUT)) << 32);
+	if (ins < 0 || !(ins & NX_TAB_NEW)) {
+		/* full (or, which the lock excludes, created meanwhile): this port goes back */
+		nx_port_unclaim(cfg, (__u32)(a >> 16), pidx, (__u16)a,
+				nx_port_word(sip, (__u16)pp));
+		r = ins < 0 ? ins : NX_HW_TAB | (__u32)ins;
+		goto out;
+	}
+	nx_count(NX_STAT_MAP_CREATED);
+	r = NX_HW_TAB | NX_HW_NEW | (__u32)ins;
+out:
+	nx_tab_lock_drop(lock);
+	return r;
+}
+
+/* The mapping of inside endpoint mk for a packet that may open a connection (create), or
+ * that may only use one. Deterministic mode: found, or claimed when create is set
+ * (nx_det.h). Dynamic mode: found lock-free, or found or created under the endpoint's lock
+ * when create is set (nx_dyn_map). *created: whether a session of this packet's must count
+ * itself on it when the session exists already (deterministic mode: always). Returns the
+ * mapping, or 0 with *reason set. */
+static __always_inline struct nx_map *nx_map_get(struct nx_config *cfg, struct nx_map_key *mk,
+						 int create, __u32 now, int *created, int *reason)
+{
+	__u32 pp = NX_PP(nx_proto_idx(mk->proto), bpf_ntohs(mk->in_port));
+	struct nx_map *m;
+	long r;
+
+	if (cfg->det_count) {
+		r = nx_det_map(mk->in_ip, pp, create);
+		*created = 1;
+	} else if (create) {
+		r = nx_dyn_map(mk->in_ip, pp);
+		if (r >= 0 && (r & NX_HW_NONE))
+			r = nx_dyn_table(
+			    mk->in_ip, pp, now,
+			    nx_alloc(mk->in_ip, pp >> 16, pp & 0xffff, (__u32)(r & NX_HW_OWNER)));
+		*created = r >= 0 && (r & NX_HW_NEW);
+	} else {
+		r = nx_home_map(mk->in_ip, pp, 0);
+		*created = 0;
+	}
+	if (r >= 0 && (r & NX_HW_NONE))
+		r = -NX_DROP_NO_MAPPING;
+	if (r < 0) {
+		*reason = r == -NX_DROP_NO_MAPPING && mk->proto == IPPROTO_TCP ? NX_DROP_TCP_NO_SYN
+									       : (int)-r;
 		return 0;
 	}
-	/* until a session exists, the mapping's own timer runs (transitory for TCP) */
-	ins = nx_maps_insert(nx_map_k0(mk), (__u64)*out_ip | (__u64)bpf_htons(port) << 32,
-			     (__u64)(now + nx_timeout(cfg, mk->proto, NX_TCP_SYN_OUT)) << 32);
-	if (ins < 0 || !(ins & NX_TAB_NEW)) {
-		/* full, or another CPU created it meanwhile: this port goes back */
-		nx_port_unclaim(cfg, addr_idx, pidx, port, nx_port_word(mk->in_ip, in_port_h));
-		if (ins < 0) {
-			*reason = (int)-ins;
-			return 0;
-		}
-	} else {
-		nx_count(NX_STAT_MAP_CREATED);
-	}
-	m = nx_map_at((__u32)ins);
+	m = cfg->det_count ? nx_det_cur() : nx_home_result(r);
 	if (!m)
 		*reason = NX_DROP_INTERNAL;
 	return m;
@@ -192,22 +260,12 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
-	/* a connection may be opening: start fetching what the allocator will read (also
-	 * for a session without a usable mapping: every claim then reads this packet's home
-	 * candidate, never one an earlier packet left in the scratch) */
+	/* a connection may be opening: start fetching what the walk will read */
 	if (nx_may_create(p) && !cfg->det_count)
-		nx_alloc_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
-	/* deterministic: the mapping is a port word of the subscriber's range, found (or
-	 * claimed) by one walk */
-	m = cfg->det_count ? 0 : nx_map_lookup(&mk);
-	if (!m) {
-		if (!nx_may_create(p) && !cfg->det_count)
-			return p->proto == IPPROTO_TCP ? NX_DROP_TCP_NO_SYN : NX_DROP_NO_MAPPING;
-		m = nx_map_create(cfg, &mk, nx_may_create(p), now, &reason);
-		if (!m)
-			return reason;
-		created = 1;
-	}
+		nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
+	m = nx_map_get(cfg, &mk, nx_may_create(p), now, &created, &reason);
+	if (!m)
+		return reason;
 	if (s) {
 		/* a session outliving its reaped mapping now belongs to the new one */
 		if (created && nx_map_ref(m) < 0)
@@ -243,9 +301,10 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 	struct nx_sess_key sk = {};
 	struct nx_map *m;
 	struct nx_sess *s;
-	int reason;
+	int reason, st;
 
-	if (!nx_port_owner(addr_idx, p->proto, out_port, &mk))
+	st = nx_port_owner(addr_idx, p->proto, out_port, &mk);
+	if (!st)
 		return NX_DROP_NO_MAPPING;
 	sk.in_ip = mk.in_ip;
 	sk.rem_ip = p->ip->saddr;
@@ -259,10 +318,7 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_IN, now);
 	} else {
 		/* the port word and the mapping must agree; a stale word never translates */
-		if (cfg->det_count)
-			m = nx_det_view(&mk, addr_idx, out_port);
-		else
-			m = nx_map_lookup(&mk);
+		m = nx_word_mapping(cfg, st, &mk, addr_idx, out_port);
 		if (!m || m->out_port != out_port || m->out_ip != p->ip->daddr)
 			return NX_DROP_NO_MAPPING;
 		/* Unsolicited: endpoint-independent filtering (or a static forward) opens a

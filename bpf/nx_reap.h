@@ -90,7 +90,7 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			__u64 k0 = nx_sess_k0(&k), k1 = nx_sess_k1(&k);
 			__u32 slot = nx_sess_find(k0, k1);
 			struct nx_sess *s = nx_sess_at(slot);
-			__u32 out_ip;
+			__u32 out_ip, addr_idx = 0;
 			__u16 out_port;
 			__u8 permit;
 
@@ -107,7 +107,10 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			mk.in_ip = k.in_ip;
 			mk.in_port = k.in_port;
 			mk.proto = k.proto;
-			if (cfg && cfg->det_count)
+			/* a mapping that is its port word (a static forward's word is not) */
+			if (cfg && nx_pool_index(cfg, out_ip, &addr_idx) &&
+			    nx_word_is_map(cfg, mk.in_ip, addr_idx, bpf_ntohs(out_port)) &&
+			    nx_word_state(addr_idx, k.proto, out_port) == NX_PORT_USED)
 				a->maps_deleted +=
 				    nx_det_unref(cfg, &mk, out_ip, out_port, a->now_s);
 			else

@@ -12,6 +12,7 @@
 #include "nx_alloc.h"
 #include "nx_common.h"
 #include "nx_det.h"
+#include "nx_home.h"
 #include "nx_maps.h"
 #include "nx_parse.h"
 #include "nx_stats.h"
@@ -161,7 +162,8 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 	return nx_sess_at((__u32)r);
 }
 
-/* The inside endpoint an outside endpoint's port word names (USED or STATIC). */
+/* The inside endpoint an outside endpoint's port word names: its state (NX_PORT_USED or
+ * NX_PORT_STATIC), or 0 when it names none. */
 static __always_inline int nx_port_owner(__u32 addr_idx, __u8 proto, __be16 out_port,
 					 struct nx_map_key *mk)
 {
@@ -178,7 +180,29 @@ static __always_inline int nx_port_owner(__u32 addr_idx, __u8 proto, __be16 out_
 	mk->in_port = bpf_htons(NX_PORT_WORD_PORT(w));
 	mk->proto = proto;
 	mk->pad = 0;
-	return 1;
+	return (int)NX_PORT_STATE(w);
+}
+
+/* The state of an outside endpoint's port word. */
+static __always_inline __u64 nx_word_state(__u32 addr_idx, __u8 proto, __be16 out_port)
+{
+	__u32 idx = nx_port_index(addr_idx, nx_proto_idx(proto), bpf_ntohs(out_port));
+	__u64 *pw = bpf_map_lookup_elem(&nx_ports, &idx);
+
+	return pw ? NX_PORT_STATE(*(volatile __u64 *)pw) : 0;
+}
+
+/* The mapping whose port word, in state st (nx_port_owner), names inside endpoint mk at
+ * outside port out_port (network order) of pool index addr_idx: the word itself where it
+ * is the mapping (nx_word_is_map), else the table's entry. Not yet checked against the
+ * outside endpoint. */
+static __always_inline struct nx_map *nx_word_mapping(struct nx_config *cfg, int st,
+						      struct nx_map_key *mk, __u32 addr_idx,
+						      __be16 out_port)
+{
+	if (st == NX_PORT_USED && nx_word_is_map(cfg, mk->in_ip, addr_idx, bpf_ntohs(out_port)))
+		return nx_det_view(mk, addr_idx, out_port);
+	return nx_map_lookup(mk);
 }
 
 /* The mapping behind an outside endpoint (pool index, protocol, outside address and port
@@ -189,12 +213,14 @@ static __always_inline struct nx_map *nx_outside_mapping(__u32 addr_idx, __u8 pr
 {
 	struct nx_config *cfg = nx_config();
 	struct nx_map *m;
+	int st;
 
-	if (!cfg || !nx_port_owner(addr_idx, proto, out_port, mk))
+	if (!cfg)
 		return 0;
-	if (cfg->det_count) /* the word is the mapping */
-		return nx_det_view(mk, addr_idx, out_port);
-	m = nx_map_lookup(mk);
+	st = nx_port_owner(addr_idx, proto, out_port, mk);
+	if (!st)
+		return 0;
+	m = nx_word_mapping(cfg, st, mk, addr_idx, out_port);
 	if (!m || m->out_port != out_port || m->out_ip != out_ip)
 		return 0;
 	return m;

@@ -2,13 +2,11 @@
 /* The subscriber table: inside address -> struct nx_sub, open addressing with linear
  * probing over an mmapable array of 192-byte entries (layout in nx_types.h).
  *
- * Why not a BPF hash map: every new connection of a known subscriber starts here, and a
- * kernel hash lookup is a chain of dependent loads (bucket, element) behind a jhash. The
- * packet path wants to fetch the subscriber early, together with the port word the next
- * claim will try (nx_alloc_prefetch), while the mapping lookup is still missing the cache;
- * that only pays when the entry is one computed address away (docs/PERFORMANCE.md, R18
- * and R19). Here the home slot is a multiply-shift of a hash of the address: one load
- * reads the key and the hot line.
+ * Why not a BPF hash map: a kernel hash lookup is a chain of dependent loads (bucket,
+ * element) behind a jhash. The allocator reads it on the table path (a subscriber's mappings
+ * outside its home block, nx_home.h), where one computed address away beats a chain of loads (docs/
+ * PERFORMANCE.md, R18 and R19). Here the home slot is a multiply-shift of a hash of the
+ * address: one load reads the key and the hot line.
  *
  * Lookup: from the home slot on, compare key words; LIVE with the address is the entry,
  * EMPTY ends the search, BUSY and TOMB are passed. At most NX_SUB_PROBE slots (the array

@@ -50,6 +50,7 @@ enum nx_config_flags {
 	NX_CF_HAIRPIN = 1 << 1,	    /* RFC 4787 REQ-9 */
 	NX_CF_PORT_CLASS = 1 << 2,  /* RFC 4787 REQ-3: inside ports < 1024 get ports < 1024 */
 	NX_CF_EXCLUSIONS = 1 << 3,  /* [[exclude]] prefixes exist: look them up */
+	NX_CF_STATICS = 1 << 4,	    /* [[forward]]s exist: a home walk's miss asks the table */
 };
 
 /* nx_config.filtering (RFC 4787 section 5) */
@@ -127,7 +128,9 @@ struct nx_config {
 	 * (src/dataplane.rs, TABLE_LAYOUT): a natrix that would read them otherwise refuses
 	 * to take over, an older one or a newer one alike. The data plane does not read it. */
 	__u32 layout;
-	__u32 pad_end;
+	/* Dynamic mode (nx_home.h): pairs of each parity a walk of a subscriber's home block
+	 * goes at most (nat.home_probe; the data plane caps it at block_size / 2). */
+	__u32 home_probe;
 };
 nx_static_assert(sizeof(struct nx_config) == 200, "nx_config layout");
 
@@ -174,9 +177,10 @@ struct nx_fibc_gen {
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
  * One u64 word, changed only with compare-and-swap (BPF and the daemon through mmap):
  *   bits 63..62  state
- *   USED:        bits 47..16 = inside address, bits 15..0 = inside port; in deterministic
- *                mode (nx_det.h) bits 61..48 count the sessions of the mapping the word is
- *                (always 0 in dynamic mode, where the mapping table counts them)
+ *   USED:        bits 47..16 = inside address, bits 15..0 = inside port; where the word is
+ *                the mapping (deterministic mode, nx_det.h; in dynamic mode a word of its
+ *                subscriber's home block, nx_home.h) bits 61..48 count the mapping's
+ *                sessions (0 in any other word: the mapping table counts them)
  *   HELD:        bits 31..0 = CLOCK_MONOTONIC second at which the port was released
  */
 #define NX_PORT_STATE_SHIFT 62
@@ -194,17 +198,22 @@ struct nx_fibc_gen {
  * [port_lo + b * block_size, port_lo + (b + 1) * block_size) on every protocol.
  * One u64 word, compare-and-swap only:
  *   bits 31..0   owner: the subscriber's inside address (network order), 0 = free
- *   bits 63..32  ports of the block in state USED or HELD, all protocols
+ *   bits 62..32  ports of the block in state USED or HELD, all protocols
+ *   bit 63       MIXED (nx_home.h): the block is its owner's home block, and the owner may
+ *                also hold mappings in the mapping table; set before the first such
+ *                mapping while it owns the block, and when it takes the block while it
+ *                holds others; cleared only with the block's release
  */
 #define NX_BLOCK_OWNER(w) ((__u32)(w))
-#define NX_BLOCK_USED(w) ((__u32)((w) >> 32))
+#define NX_BLOCK_MIXED (1ULL << 63)
+#define NX_BLOCK_USED(w) ((__u32)((w) >> 32) & 0x7fffffffu)
 
 /* ---- Subscribers (map nx_subs, open-addressed by inside address, see nx_subs.h) -----
- * One 192-byte entry per slot, three cache lines: the first holds everything a new
- * connection of a known subscriber reads in the common case (key, pool address, rate
- * state, the block it last claimed from and the port each protocol tries first), so the
- * packet path can fetch it, and the port word it names, early and in parallel with the
- * mapping lookup; the other two hold the block slots, read only when that block is full.
+ * One 192-byte entry per slot, three cache lines: the first holds everything a claim for
+ * the mapping table reads in the common case (key, pool address, rate state, the block it
+ * last claimed from and the port each protocol tries first); the other two hold the block
+ * slots, read only when that block is full. A home-walk mapping (nx_home.h) reads none
+ * of it (the rate state only when a new-mapping rate limit is configured).
  * key: state (enum nx_sub_state) in bits 33..32, inside address (network order) in 31..0;
  * changed only with compare-and-swap. */
 enum nx_sub_state {

@@ -154,6 +154,11 @@ pub struct Nat {
     /// `nat.mode = "deterministic"` (RFC 7422): each subscriber's pool address
     /// and port range follow from its address. `None`: dynamic port blocks.
     pub deterministic: Option<Deterministic>,
+    /// Dynamic mode: pairs of each parity a walk of a subscriber's home block goes at
+    /// most, looking for an endpoint's mapping or a port for a new one (bpf/nx_home.h);
+    /// capped at half the block. Beyond it a new mapping goes to another block. 0: no
+    /// home walk, every mapping in the mapping table.
+    pub home_probe: u16,
 }
 
 /// Deterministic NAT (RFC 7422, bpf/nx_det.h): subscriber `i` of `subscribers`
@@ -188,6 +193,7 @@ impl Default for Nat {
             port_class: true,
             icmp_errors_per_sec: 100,
             deterministic: None,
+            home_probe: DEFAULT_HOME_PROBE as u16,
         }
     }
 }
@@ -722,6 +728,7 @@ fn allowed_keys(section: &str) -> &'static [&'static str] {
             "deterministic_subscribers",
             "deterministic_ports",
             "deterministic_probe",
+            "home_probe",
         ],
         "fragments" => &["timeout", "max_tracked", "max_held"],
         "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
@@ -1090,9 +1097,11 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
     let max_new_mappings_per_sec =
         sec.int("max_new_mappings_per_sec", d.max_new_mappings_per_sec.into(), 0, u32::MAX.into())? as u32;
 
+    let home_probe = sec.int("home_probe", DEFAULT_HOME_PROBE, 0, 4096)? as u16;
+
     let deterministic = parse_deterministic(sec, pool)?;
     if deterministic.is_some() {
-        for k in ["block_size", "max_blocks_per_subscriber"] {
+        for k in ["block_size", "max_blocks_per_subscriber", "home_probe"] {
             if sec.get(k).is_some() {
                 return Err(key_err(
                     sec.key(k),
@@ -1137,8 +1146,12 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
         port_class,
         icmp_errors_per_sec,
         deterministic,
+        home_probe,
     })
 }
+
+/// Pairs of each parity a home walk goes at most, by default (bpf/nx_home.h).
+const DEFAULT_HOME_PROBE: i64 = 64;
 
 /// Most subscribers one deterministic prefix may hold (a /8).
 const MAX_DET_PREFIX_LEN_MIN: u8 = 8;
@@ -1365,6 +1378,7 @@ mod tests {
                 port_class: true,
                 icmp_errors_per_sec: 100,
                 deterministic: None,
+                home_probe: 64,
             }
         );
         assert_eq!(
@@ -1496,6 +1510,7 @@ sweep_interval = "250ms"
                 port_class: true,
                 icmp_errors_per_sec: 100,
                 deterministic: None,
+                home_probe: 64,
             }
         );
         assert_eq!(c.timeouts.udp, secs(600));
@@ -2102,6 +2117,19 @@ sweep_interval = "250ms"
         }
     }
 
+    // ---- nat.home_probe ----
+
+    #[test]
+    fn nat_home_probe() {
+        assert_eq!(ok(&with("")).nat.home_probe, 64);
+        assert_eq!(ok(&with("[nat]\nhome_probe = 8")).nat.home_probe, 8);
+        assert_eq!(ok(&with("[nat]\nhome_probe = 0")).nat.home_probe, 0, "0: every mapping in the table");
+        let m = key_error(&with("[nat]\nhome_probe = 4097"), "nat.home_probe");
+        assert!(m.contains("4096"), "{m}");
+        key_error(&with("[nat]\nhome_probe = -1"), "nat.home_probe");
+        key_error(&with("[nat]\nhome_probe = \"64\""), "nat.home_probe");
+    }
+
     // ---- nat.mode = "deterministic" (RFC 7422) ----
 
     #[test]
@@ -2124,6 +2152,7 @@ sweep_interval = "250ms"
         let m = key_error(&det("deterministic_ports = 2018"), "nat.deterministic_ports");
         assert!(m.contains("at most 2016"), "{m}");
         key_error(&det("block_size = 128"), "nat.block_size");
+        key_error(&det("home_probe = 8"), "nat.home_probe");
         key_error(&det("max_new_mappings_per_sec = 10"), "nat.max_new_mappings_per_sec");
         key_error(&det("port_class = true"), "nat.port_class");
         key_error(

@@ -229,6 +229,9 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     if !c.exclude.is_empty() {
         flags |= 8;
     }
+    if !c.forwards.is_empty() {
+        flags |= 16; // NX_CF_STATICS
+    }
     nx_config {
         to_udp: ticks(c.timeouts.udp),
         to_tcp_est: ticks(c.timeouts.tcp_established),
@@ -274,7 +277,7 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         det_ports: c.nat.deterministic.map_or(0, |d| d.ports),
         det_probe: c.nat.deterministic.map_or(0, |d| d.probe),
         layout: TABLE_LAYOUT,
-        pad_end: 0,
+        home_probe: c.nat.deterministic.map_or(u32::from(c.nat.home_probe), |_| 0),
     }
 }
 
@@ -508,13 +511,14 @@ impl Dataplane {
             // a deterministic subscriber's range is where its mappings are
             let new = nx_config_from(cfg, 0, seed);
             // ... and where each endpoint's walk starts (the parity) and how far it goes
-            let parity = |c: &nx_config| c.det_count != 0 && c.flags & 1 != 0;
-            if (old.det_base, old.det_count, old.det_per_addr, old.det_ports, old.det_probe, parity(&old))
-                != (new.det_base, new.det_count, new.det_per_addr, new.det_ports, new.det_probe, parity(&new))
-            {
+            // (both modes' walks start on the endpoint's parity when port parity is on)
+            let walk = |c: &nx_config| {
+                (c.det_base, c.det_count, c.det_per_addr, c.det_ports, c.det_probe, c.home_probe, c.flags & 1)
+            };
+            if walk(&old) != walk(&new) {
                 return Err(DataplaneError::Incompatible {
                     pin,
-                    what: "nat.mode, nat.deterministic_subscribers, nat.deterministic_ports, nat.deterministic_probe or (deterministic) nat.port_parity".into(),
+                    what: "nat.mode, nat.deterministic_subscribers, nat.deterministic_ports, nat.deterministic_probe, nat.home_probe or nat.port_parity".into(),
                 });
             }
             hint = old.addr_hint;

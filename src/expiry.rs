@@ -20,8 +20,9 @@ use tracing::debug;
 
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    bytes_of, det_first, det_start, det_word_needed, now_ns, now_tick, read_pod, MmapWords, TableError,
-    Tables, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
+    block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, now_ns,
+    now_tick, read_pod, walk_home, MmapWords, TableError, Tables, PORT_HELD, PORT_NSESS_MAX,
+    PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
 };
 
 const NX_REAP_SESSIONS: u32 = 1;
@@ -64,7 +65,8 @@ pub struct Sweeper {
     ports: MmapWords,
     blocks: MmapWords,
     empty_last: std::collections::HashSet<(usize, u64)>,
-    /// Deterministic mode: USED words with no session seen at the last sweep.
+    /// Port words that are mappings (deterministic mode, home-walk mappings in dynamic
+    /// mode) seen USED with no session at the last sweep.
     idle_last: std::collections::HashSet<(usize, u64)>,
 }
 
@@ -117,9 +119,9 @@ impl Sweeper {
             return Ok(r);
         }
 
-        // 2. mappings without sessions
+        // 2. mappings without sessions (the table's; home-walk mappings are port words: 3.)
         let cands: Vec<nx_map_key> = t
-            .mappings()?
+            .table_mappings()?
             .into_iter()
             .filter(|(_, m)| m.nsess == 0 && m.flags & 1 == 0 && expired(m.expire))
             .map(|(k, _)| k)
@@ -133,31 +135,73 @@ impl Sweeper {
             r.mappings_released += a.maps_deleted;
         }
 
-        // 3. hold-down over: free the port, then the block if it became empty
-        let (bpa, bs, lo) = (cfg.blocks_per_addr as u32, cfg.block_size as u32, cfg.port_lo as u32);
+        // 3. hold-down over: free the port, then the block if it became empty. In a block
+        // its home subscriber owns, the port words are mappings found by walks (bpf/
+        // nx_home.h): a HELD word there is freed only by a margin after its hold-down and
+        // when no live walk passes it, and a mapping that never got a session goes on
+        // hold-down after two sweeps, as in deterministic mode.
+        let (bpa, bs) = (cfg.blocks_per_addr as u32, cfg.block_size as u32);
         let hold = cfg.hold_down_s;
+        let probe = cfg.home_probe.min(bs / 2);
         let blocks = self.blocks.words();
-        for (idx, w) in self.ports.words().iter().enumerate() {
+        let words = self.ports.words();
+        let mut idle_now = std::collections::HashSet::new();
+        for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
-            if v >> PORT_STATE_SHIFT != PORT_HELD {
+            let state = v >> PORT_STATE_SHIFT;
+            if state == PORT_USED
+                && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0
+                && is_home_word(&cfg, idx, v)
+            {
+                let held = PORT_HELD << PORT_STATE_SHIFT | now_s as u64;
+                if self.idle_last.contains(&(idx, v))
+                    && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                {
+                    r.mappings_released += 1;
+                } else {
+                    idle_now.insert((idx, v));
+                }
+                continue;
+            }
+            if state != PORT_HELD {
                 continue;
             }
             let released = v as u32;
             if now_s.wrapping_sub(released) < hold {
                 continue;
             }
+            let (addr_idx, port) = ((idx >> 16) as u32 / 3, (idx & 0xffff) as u32);
+            let block = block_of(&cfg, addr_idx, port);
+            if let Some((gid, first)) = block {
+                let owner = blocks.get(gid as usize).map_or(0, |b| b.load(Ordering::Relaxed) as u32);
+                if owner != 0 && walk_home(&cfg, owner) == Some(gid) {
+                    if now_s.wrapping_sub(released) < hold.saturating_add(DET_FREE_MARGIN_S)
+                        || (now_s.wrapping_sub(released) as i32) < 0
+                    {
+                        continue;
+                    }
+                    let base = idx - (port - first) as usize;
+                    let pidx = ((idx >> 16) % 3) as u32;
+                    let needed = det_word_needed(
+                        port - first,
+                        bs,
+                        probe,
+                        |o| words[base + o as usize].load(Ordering::Relaxed),
+                        |rv| home_start(&cfg, (rv >> 16) as u32, pidx, rv as u16, first),
+                    );
+                    if needed {
+                        continue;
+                    }
+                }
+            }
             if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 continue;
             }
             r.ports_freed += 1;
-            let (addr_idx, port) = ((idx >> 16) as u32 / 3, (idx & 0xffff) as u32);
-            if bs == 0 || port < lo {
-                continue;
-            }
-            let gid = (addr_idx * bpa + (port - lo) / bs) as usize;
-            if let Some(b) = blocks.get(gid) {
+            let Some((gid, _)) = block else { continue };
+            if let Some(b) = blocks.get(gid as usize) {
                 let after = b.fetch_sub(1 << 32, Ordering::AcqRel) - (1 << 32);
-                if after >> 32 == 0 && after as u32 != 0 {
+                if block_used(after) == 0 && after as u32 != 0 {
                     // owned and empty: back to the pool, unless the fast path reserved it
                     // again meanwhile (then the exchange fails and the owner keeps it)
                     if b.compare_exchange(after, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -166,13 +210,14 @@ impl Sweeper {
                 }
             }
         }
+        self.idle_last = idle_now;
         // Owned blocks with no port counted: a new subscriber whose first port never got
         // claimed, or a block emptied by a lost race. Released when seen so on two sweeps
         // in a row, so that a CPU between claiming and recording one is never robbed.
         let mut empty_now = std::collections::HashSet::new();
         for (gid, b) in blocks.iter().enumerate() {
             let v = b.load(Ordering::Relaxed);
-            if v != 0 && v >> 32 == 0 {
+            if v != 0 && block_used(v) == 0 {
                 if self.empty_last.contains(&(gid, v))
                     && b.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
                 {
@@ -305,7 +350,7 @@ pub fn usage(t: &Tables) -> Result<(u64, u64, u64), TableError> {
         let v = b.load(Ordering::Relaxed);
         if v as u32 != 0 {
             owned += 1;
-            ports += v >> 32;
+            ports += block_used(v);
         }
     }
     Ok((owned, blocks.words().len() as u64, ports))

@@ -98,6 +98,10 @@ pub struct Stats {
     /// mappings (`mappings` and `ports_in_use` then count those words)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deterministic: Option<crate::tables::DetHealth>,
+    /// dynamic mode only (bpf/nx_home.h): the home blocks their subscribers own, whose port
+    /// words are mappings (counted in `mappings` beside the mapping table's entries)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub home_walk: Option<crate::tables::HomeHealth>,
 }
 
 #[derive(Debug, Serialize)]
@@ -134,12 +138,13 @@ pub fn stats(t: &Tables) -> Result<Stats, TableError> {
     let (session_table, mapping_table) = (shape(crate::tables::TAB_SESS)?, shape(crate::tables::TAB_MAPS)?);
     let sub = t.sub_health()?;
     let det = t.det_health()?;
+    let home = t.home_health()?;
     Ok(Stats {
         drops_total: drops.values().sum(),
         counters,
         drops,
         sessions: session_table.health.live,
-        mappings: det.map_or(mapping_table.health.live, |d| d.mappings),
+        mappings: det.map_or(mapping_table.health.live + home.map_or(0, |h| h.mappings), |d| d.mappings),
         subscribers: sub.live,
         blocks_in_use,
         blocks_total,
@@ -148,6 +153,7 @@ pub fn stats(t: &Tables) -> Result<Stats, TableError> {
         mapping_table,
         subscriber_table: SubTableShape { max_entries: cfg.sub_max, health: sub },
         deterministic: det,
+        home_walk: home,
     })
 }
 
@@ -188,6 +194,18 @@ pub fn stats_table(s: &Stats) -> String {
             d.fallen_back,
             d.longest_walk,
             d.full_ranges
+        );
+    }
+    if let Some(h) = &s.home_walk {
+        out += &format!(
+            "  {:<9} {} owned by their subscriber: {} mapping(s), {} held, {} on the other parity (fallen back), longest walk {} word(s), {} with table mappings too (mixed)\n",
+            "home blocks",
+            h.blocks,
+            h.mappings,
+            h.held,
+            h.fallen_back,
+            h.longest_walk,
+            h.mixed
         );
     }
     let st = &s.subscriber_table;

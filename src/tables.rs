@@ -99,11 +99,77 @@ pub const PORT_NSESS_MAX: u64 = 0x3fff;
 /// `pidx`, inside port `in_port` in host order) starts in a deterministic range beginning
 /// at port `first`: its offset (2 * pair + parity), as nx_det_start computes it.
 pub fn det_start(cfg: &nx_config, in_ip: u32, pidx: u32, in_port: u16, first: u32) -> u32 {
+    walk_start(cfg, DET_KEY, u32::from(cfg.det_ports / 2), in_ip, pidx, in_port, first)
+}
+
+/// The same for a home walk (bpf/nx_home.h) in the home block beginning at port `first`.
+pub fn home_start(cfg: &nx_config, in_ip: u32, pidx: u32, in_port: u16, first: u32) -> u32 {
+    walk_start(cfg, HOME_KEY, u32::from(cfg.block_size / 2), in_ip, pidx, in_port, first)
+}
+
+/// nx_walk_start: a walk over `npairs` pairs, its hash keyed with `key`.
+fn walk_start(
+    cfg: &nx_config,
+    key: u64,
+    npairs: u32,
+    in_ip: u32,
+    pidx: u32,
+    in_port: u16,
+    first: u32,
+) -> u32 {
     let pp = pidx << 16 | u32::from(in_port);
-    let h = tab_hash((in_ip as u64) << 32 | pp as u64, DET_KEY, cfg.tab_seed);
-    let npairs = u32::from(cfg.det_ports / 2).max(1);
+    let h = tab_hash((in_ip as u64) << 32 | pp as u64, key, cfg.tab_seed);
     let par = if cfg.flags & 1 != 0 && pidx != 2 { (pp ^ first) & 1 } else { (h >> 40) as u32 & 1 };
-    2 * ((h as u32) % npairs) + par
+    2 * ((h as u32) % npairs.max(1)) + par
+}
+
+/// Dynamic mode (bpf/nx_home.h): the key of the home walk's hash (NX_HOME_KEY).
+const HOME_KEY: u64 = 0x6e78_686f_6d65;
+
+/// Bit 63 of a block word: MIXED (nx_types.h). Bits 62..32 count the block's ports.
+pub const BLOCK_MIXED: u64 = 1 << 63;
+
+/// Ports of a block word counted in use (USED or HELD).
+pub fn block_used(w: u64) -> u64 {
+    (w >> 32) & 0x7fff_ffff
+}
+
+/// Subscriber `ip`'s home block (global block id), as nx_home_block computes it; None
+/// when the pool has no blocks.
+pub fn home_block(cfg: &nx_config, ip: u32) -> Option<u32> {
+    let (n, bpa) = (u32::from(cfg.n_addrs), u32::from(cfg.blocks_per_addr));
+    if n == 0 || bpa == 0 {
+        return None;
+    }
+    let i = u32::from_be(ip) % (n * bpa);
+    Some((i % n) * bpa + i / n)
+}
+
+/// The global block id and first port of the block outside `port` of pool index `addr`
+/// falls in; None when it is outside every block.
+pub fn block_of(cfg: &nx_config, addr: u32, port: u32) -> Option<(u32, u32)> {
+    let (lo, bs, bpa) = (u32::from(cfg.port_lo), u32::from(cfg.block_size), u32::from(cfg.blocks_per_addr));
+    if bs == 0 || port < lo || (port - lo) / bs >= bpa {
+        return None;
+    }
+    Some((addr * bpa + (port - lo) / bs, lo + (port - lo) / bs * bs))
+}
+
+/// Subscriber `ip`'s home block where the home walk finds its mappings (bpf/nx_home.h);
+/// None when the pool has no blocks or `nat.home_probe` is 0 (every mapping in the table).
+pub fn walk_home(cfg: &nx_config, ip: u32) -> Option<u32> {
+    if cfg.home_probe == 0 {
+        return None;
+    }
+    home_block(cfg, ip)
+}
+
+/// Whether USED port word `v` at nx_ports index `idx` is a mapping itself, in dynamic mode:
+/// it lies in the home block of the subscriber it names (bpf/nx_home.h, nx_word_is_map).
+pub fn is_home_word(cfg: &nx_config, idx: usize, v: u64) -> bool {
+    let (addr, port) = ((idx >> 16) as u32 / NPROTO, (idx & 0xffff) as u32);
+    v >> PORT_STATE_SHIFT == PORT_USED
+        && block_of(cfg, addr, port).is_some_and(|(gid, _)| walk_home(cfg, (v >> 16) as u32) == Some(gid))
 }
 
 /// Where offset `k` of a deterministic range of `n` ports comes in the walk that starts at
@@ -221,8 +287,8 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// with every change to how a mapping is found or what a table entry or port word holds:
 /// a takeover across a change is then refused, in both directions, instead of reading
 /// the tables wrongly, and the CLI refuses to read them. 1: deterministic walks of two
-/// parts (the parity fallback).
-pub const TABLE_LAYOUT: u32 = 1;
+/// parts (the parity fallback). 2: dynamic mode's home-walk mappings (bpf/nx_home.h).
+pub const TABLE_LAYOUT: u32 = 2;
 
 pub fn read_pod<T: Copy + Default>(b: &[u8]) -> T {
     assert!(b.len() >= std::mem::size_of::<T>(), "short map value");
@@ -507,11 +573,21 @@ impl Tables {
             .collect())
     }
 
+    /// Every mapping: in deterministic mode the port words, in dynamic mode the mapping
+    /// table's entries and the home-walk mappings (port words, flag 2 as in deterministic
+    /// mode).
     pub fn mappings(&self) -> Result<Vec<(nx_map_key, nx_map)>> {
         let cfg = self.config()?;
         if cfg.det_count != 0 {
             return self.det_mappings();
         }
+        let mut v = self.table_mappings()?;
+        v.extend(self.home_mappings(&cfg, None)?);
+        Ok(v)
+    }
+
+    /// The mapping table's entries alone.
+    pub fn table_mappings(&self) -> Result<Vec<(nx_map_key, nx_map)>> {
         Ok(Self::slots::<nx_map>(&self.maps, "nx_maps")?
             .into_iter()
             .map(|mut m| {
@@ -528,27 +604,41 @@ impl Tables {
         let ports = MmapWords::new(&self.ports, "nx_ports")?;
         let mut out = Vec::new();
         for (idx, w) in ports.words().iter().enumerate() {
-            let v = w.load(std::sync::atomic::Ordering::Relaxed);
-            if v >> PORT_STATE_SHIFT != PORT_USED {
+            if let Some(m) = word_mapping(&pool, idx, w.load(Ordering::Relaxed)) {
+                out.push((m.key, m));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Dynamic mode: the home-walk mappings (bpf/nx_home.h), the USED words naming the
+    /// subscriber whose home block they lie in, read block by block over the blocks their
+    /// home subscribers own; only subscriber `only`'s when given.
+    fn home_mappings(&self, cfg: &nx_config, only: Option<u32>) -> Result<Vec<(nx_map_key, nx_map)>> {
+        let pool = self.pool()?;
+        let ports = MmapWords::new(&self.ports, "nx_ports")?;
+        let blocks = MmapWords::new(&self.blocks, "nx_blocks")?;
+        let (words, bs) = (ports.words(), usize::from(cfg.block_size));
+        let mut out = Vec::new();
+        for (gid, b) in blocks.words().iter().enumerate() {
+            let owner = b.load(Ordering::Relaxed) as u32;
+            if owner == 0 || only.is_some_and(|o| o != owner) || walk_home(cfg, owner) != Some(gid as u32) {
                 continue;
             }
-            let (addr, pidx, port) = ((idx >> 16) / 3, (idx >> 16) % 3, (idx & 0xffff) as u16);
-            let Some(out_ip) = pool.get(addr) else { continue };
-            let key = nx_map_key {
-                in_ip: (v >> 16) as u32,
-                in_port: (v as u16).to_be(),
-                proto: [6u8, 17, 1][pidx],
-                pad: 0,
-            };
-            let m = nx_map {
-                key,
-                out_ip: u32::from_ne_bytes(out_ip.octets()),
-                out_port: port.to_be(),
-                flags: 2,
-                nsess: ((v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX) as u32,
-                ..Default::default()
-            };
-            out.push((key, m));
+            let bpa = usize::from(cfg.blocks_per_addr);
+            let (addr, first) = (gid / bpa, usize::from(cfg.port_lo) + gid % bpa * bs);
+            for pidx in 0..NPROTO as usize {
+                let base = (addr * NPROTO as usize + pidx) << 16 | first;
+                let Some(range) = words.get(base..base + bs) else { continue };
+                for (idx, w) in (base..).zip(range) {
+                    let v = w.load(Ordering::Relaxed);
+                    if (v >> 16) as u32 == owner {
+                        if let Some(m) = word_mapping(&pool, idx, v) {
+                            out.push((m.key, m));
+                        }
+                    }
+                }
+            }
         }
         Ok(out)
     }
@@ -746,6 +836,50 @@ impl Tables {
         Ok(Some(h))
     }
 
+    /// Dynamic mode: the home blocks their subscribers own, and the walks in them
+    /// (bpf/nx_home.h). None in deterministic mode, or with nat.home_probe 0.
+    pub fn home_health(&self) -> Result<Option<HomeHealth>> {
+        let cfg = self.config()?;
+        if cfg.det_count != 0 || cfg.home_probe == 0 {
+            return Ok(None);
+        }
+        let ports = MmapWords::new(&self.ports, "nx_ports")?;
+        let blocks = MmapWords::new(&self.blocks, "nx_blocks")?;
+        let (words, bs, bpa) = (ports.words(), u32::from(cfg.block_size), u32::from(cfg.blocks_per_addr));
+        let probe = cfg.home_probe.min(bs / 2);
+        let mut h = HomeHealth::default();
+        for (gid, b) in blocks.words().iter().enumerate() {
+            let bw = b.load(Ordering::Relaxed);
+            let owner = bw as u32;
+            if owner == 0 || walk_home(&cfg, owner) != Some(gid as u32) {
+                continue;
+            }
+            h.blocks += 1;
+            h.mixed += u64::from(bw & BLOCK_MIXED != 0);
+            let (addr, first) = (gid as u32 / bpa, u32::from(cfg.port_lo) + gid as u32 % bpa * bs);
+            for pidx in 0..NPROTO {
+                let base = ((addr * NPROTO + pidx) << 16 | first) as usize;
+                let Some(range) = words.get(base..base + bs as usize) else { continue };
+                for (k, w) in range.iter().enumerate() {
+                    let v = w.load(Ordering::Relaxed);
+                    match v >> PORT_STATE_SHIFT {
+                        PORT_HELD => h.held += 1,
+                        PORT_USED if (v >> 16) as u32 == owner => {
+                            h.mappings += 1;
+                            let c = home_start(&cfg, owner, pidx, v as u16, first);
+                            if let Some(pos) = det_walk_pos(c, k as u32, probe, bs) {
+                                h.fallen_back += u64::from(pos >= probe);
+                                h.longest_walk = h.longest_walk.max(pos + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(Some(h))
+    }
+
     /// Subscribers as the data plane counts them (what enforces limits.max_subscribers).
     pub fn subscriber_count(&self) -> Result<u32> {
         let v = self
@@ -757,13 +891,16 @@ impl Tables {
     }
 
     pub fn mapping(&self, k: &nx_map_key) -> Result<Option<nx_map>> {
-        if self.config()?.det_count != 0 {
-            let want = (k.in_ip, k.in_port, k.proto);
-            return Ok(self
-                .det_mappings()?
-                .into_iter()
-                .find(|(mk, _)| (mk.in_ip, mk.in_port, mk.proto) == want)
-                .map(|(_, m)| m));
+        let cfg = self.config()?;
+        let want = (k.in_ip, k.in_port, k.proto);
+        let hit = |v: Vec<(nx_map_key, nx_map)>| {
+            v.into_iter().find(|(mk, _)| (mk.in_ip, mk.in_port, mk.proto) == want).map(|(_, m)| m)
+        };
+        if cfg.det_count != 0 {
+            return Ok(hit(self.det_mappings()?));
+        }
+        if let Some(m) = hit(self.home_mappings(&cfg, Some(k.in_ip))?) {
+            return Ok(Some(m));
         }
         self.find(TAB_MAPS, map_k0(k), 0)
     }
@@ -835,6 +972,23 @@ pub struct DetHealth {
     pub full_ranges: u64,
 }
 
+/// One pass over the home blocks their subscribers own (`Tables::home_health`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct HomeHealth {
+    /// blocks owned by the subscriber whose home block they are
+    pub blocks: u64,
+    /// of those, with the MIXED bit: their subscriber may hold table mappings too
+    pub mixed: u64,
+    /// USED words naming the owner: the home-walk mappings
+    pub mappings: u64,
+    /// ports on hold-down in those blocks
+    pub held: u64,
+    /// mappings in their walk's second part (the other parity)
+    pub fallen_back: u64,
+    /// the longest walk to a live mapping, in words read
+    pub longest_walk: u32,
+}
+
 /// One pass over the subscriber table (`Tables::sub_health`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct SubHealth {
@@ -878,6 +1032,30 @@ pub struct TabHealth {
     /// buckets whose alt count differs from what the live entries imply (0 unless read
     /// while entries are being inserted or deleted)
     pub alt_wrong: u64,
+}
+
+/// A USED port word that is a mapping itself, shown as the mapping table shows one: `nsess`
+/// its session count, flag 2 (NX_MF_DET). None for any other word.
+fn word_mapping(pool: &[Ipv4Addr], idx: usize, v: u64) -> Option<nx_map> {
+    if v >> PORT_STATE_SHIFT != PORT_USED {
+        return None;
+    }
+    let (addr, pidx, port) = ((idx >> 16) / 3, (idx >> 16) % 3, (idx & 0xffff) as u16);
+    let out_ip = pool.get(addr)?;
+    let key = nx_map_key {
+        in_ip: (v >> 16) as u32,
+        in_port: (v as u16).to_be(),
+        proto: [6u8, 17, 1][pidx],
+        pad: 0,
+    };
+    Some(nx_map {
+        key,
+        out_ip: u32::from_ne_bytes(out_ip.octets()),
+        out_port: port.to_be(),
+        flags: 2,
+        nsess: ((v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX) as u32,
+        ..Default::default()
+    })
 }
 
 pub fn port_index(addr_idx: u32, proto: u8, port: u16) -> u32 {

@@ -640,7 +640,8 @@ fn restart_under_load_never_leaks_untranslated_packets() {
 }
 
 /// A restart whose config cannot take over the running data plane (another pool of the same
-/// size) is refused with a clear message, and leaves the running data plane as it was.
+/// size, another nat.home_probe) is refused with a clear message, and leaves the running
+/// data plane as it was.
 #[test]
 fn restart_with_an_incompatible_config_is_refused_and_keeps_translating() {
     let mut t = Topo::new();
@@ -658,6 +659,13 @@ fn restart_with_an_incompatible_config_is_refused_and_keeps_translating() {
     assert!(!st.success(), "{err}");
     assert!(err.contains("pool.addresses"), "the message does not name what changed:\n{err}");
     assert!(err.contains("natrix down"), "the message does not say how to start afresh:\n{err}");
+    // how far home walks go decides where mappings are found: another one is refused too
+    let mut conf = t.conf();
+    conf.set("nat.home_probe", "8");
+    let other = t.write_config("other-probe.toml", &conf.render());
+    let (st, err) = t.run_expect_exit(&other);
+    assert!(!st.success(), "{err}");
+    assert!(err.contains("nat.home_probe"), "the message does not name what changed:\n{err}");
 
     for dev in ["lan0", "lan1", "wan0"] {
         assert!(t.xdp_attached(dev), "the refused start detached {dev}");
