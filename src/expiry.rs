@@ -153,14 +153,7 @@ impl Sweeper {
                 && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0
                 && is_home_word(&cfg, idx, v)
             {
-                let held = PORT_HELD << PORT_STATE_SHIFT | now_s as u64;
-                if self.idle_last.contains(&(idx, v))
-                    && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-                {
-                    r.mappings_released += 1;
-                } else {
-                    idle_now.insert((idx, v));
-                }
+                r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
                 continue;
             }
             if state != PORT_HELD {
@@ -296,14 +289,7 @@ impl Sweeper {
             let v = w.load(Ordering::Relaxed);
             let state = v >> PORT_STATE_SHIFT;
             if state == PORT_USED && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0 {
-                let held = PORT_HELD << PORT_STATE_SHIFT | now_s as u64;
-                if self.idle_last.contains(&(idx, v))
-                    && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-                {
-                    r.mappings_released += 1;
-                } else {
-                    idle_now.insert((idx, v));
-                }
+                r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
                 continue;
             }
             if state != PORT_HELD
@@ -339,6 +325,27 @@ impl Sweeper {
     fn run(&self, reaper: &Reaper<'_>, a: &mut nx_reap_args) -> Result<(), TableError> {
         reaper.reap(a).map_err(|source| TableError::Map { map: "nx_reap", source })
     }
+}
+
+/// A port word that is a mapping, USED with no session (`v`, at index `idx`): put on
+/// hold-down when it was so at the last sweep too (its first session could not be made),
+/// else remembered in `idle_now`. Returns whether it went on hold-down.
+fn idle_word(
+    idle_last: &std::collections::HashSet<(usize, u64)>,
+    idle_now: &mut std::collections::HashSet<(usize, u64)>,
+    idx: usize,
+    w: &std::sync::atomic::AtomicU64,
+    v: u64,
+    now_s: u32,
+) -> bool {
+    let held = PORT_HELD << PORT_STATE_SHIFT | now_s as u64;
+    if idle_last.contains(&(idx, v))
+        && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    {
+        return true;
+    }
+    idle_now.insert((idx, v));
+    false
 }
 
 /// Free blocks per pool address, and ports in use, for `natrix stats`.
