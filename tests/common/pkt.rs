@@ -172,6 +172,22 @@ fn run_cmd(prog: &str, args: &[&str], stdin: Option<&str>) {
     );
 }
 
+/// Namespaces of earlier test processes that were killed (SIGKILL runs no drop): named
+/// nxpt-PID-N with no process PID left. Removed once per process, before its first.
+fn remove_orphans() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix("nxpt-").and_then(|r| r.split('-').next()) else { continue };
+            if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::process::Command::new("ip").args(["netns", "del", &name]).status();
+            }
+        }
+    });
+}
+
 /// A uniquely named network namespace, deleted on drop (also when the test panics):
 ///
 /// ```text
@@ -192,6 +208,7 @@ impl Netns {
             // `ip netns add` sets /run/netns up as a shared mount the first time; two doing
             // that at once could stack mounts. Serialise within this process.
             let _g = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            remove_orphans();
             run_cmd("ip", &["netns", "add", &name], None);
         }
         let ns = Netns { name };
