@@ -173,15 +173,9 @@ impl Sweeper {
                     {
                         continue;
                     }
-                    let base = idx - (port - first) as usize;
-                    let pidx = ((idx >> 16) % 3) as u32;
-                    let needed = det_word_needed(
-                        port - first,
-                        bs,
-                        probe,
-                        |o| words[base + o as usize].load(Ordering::Relaxed),
-                        |rv| home_start(&cfg, (rv >> 16) as u32, pidx, rv as u16, first),
-                    );
+                    let needed = range_word_needed(words, idx, first, bs, probe, |ip, pidx, p| {
+                        home_start(&cfg, ip, pidx, p, first)
+                    });
                     if needed {
                         continue;
                     }
@@ -306,15 +300,9 @@ impl Sweeper {
                 }
                 continue;
             };
-            let base = idx - (port - first) as usize;
-            let pidx = ((idx >> 16) % 3) as u32;
-            let needed = det_word_needed(
-                port - first,
-                n,
-                probe,
-                |o| words[base + o as usize].load(Ordering::Relaxed),
-                |rv| det_start(cfg, (rv >> 16) as u32, pidx, rv as u16, first),
-            );
+            let needed = range_word_needed(words, idx, first, n, probe, |ip, pidx, p| {
+                det_start(cfg, ip, pidx, p, first)
+            });
             if !needed && w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 r.ports_freed += 1;
             }
@@ -325,6 +313,30 @@ impl Sweeper {
     fn run(&self, reaper: &Reaper<'_>, a: &mut nx_reap_args) -> Result<(), TableError> {
         reaper.reap(a).map_err(|source| TableError::Map { map: "nx_reap", source })
     }
+}
+
+/// Whether the HELD word at nx_ports index `idx`, in a range of `n` ports from port
+/// `first` whose words are mappings found by walks (a deterministic range, a home block),
+/// must stay HELD: some live mapping's walk passes it (`det_word_needed`). `start(ip,
+/// pidx, port)` is where an endpoint's walk starts in the range.
+fn range_word_needed(
+    words: &[std::sync::atomic::AtomicU64],
+    idx: usize,
+    first: u32,
+    n: u32,
+    probe: u32,
+    start: impl Fn(u32, u32, u16) -> u32,
+) -> bool {
+    let k = (idx & 0xffff) as u32 - first;
+    let base = idx - k as usize;
+    let pidx = ((idx >> 16) % 3) as u32;
+    det_word_needed(
+        k,
+        n,
+        probe,
+        |o| words[base + o as usize].load(Ordering::Relaxed),
+        |rv| start((rv >> 16) as u32, pidx, rv as u16),
+    )
 }
 
 /// A port word that is a mapping, USED with no session (`v`, at index `idx`): put on
