@@ -72,10 +72,13 @@ static __noinline int nx_fib_lookup(struct xdp_md *ctx, struct bpf_fib_lookup *f
 			jiffies = bpf_jiffies64(); /* once: the sign of life and the age */
 			now = (__u32)jiffies;
 			gen = (__u32) * (volatile __u64 *)&g->word;
-			/* destination alone only while the watcher lives to say otherwise */
+			/* destination alone only while the watcher lives to say otherwise; its
+			 * sign of life is a CLOCK_MONOTONIC tick, which may lie a little ahead of
+			 * the packet path's jiffies-derived one (NX_FIBC_SKEW) */
 			if ((gen & NX_FIBC_BY_DST) &&
-			    nx_tick_of(cfg, jiffies) - (__u32) * (volatile __u64 *)&g->alive <=
-				NX_FIBC_ALIVE) {
+			    nx_tick_of(cfg, jiffies) - (__u32) * (volatile __u64 *)&g->alive +
+				    NX_FIBC_SKEW <=
+				NX_FIBC_ALIVE + NX_FIBC_SKEW) {
 				src = 0;
 				proto = 0;
 			} else {

@@ -172,6 +172,11 @@ struct nx_fibc_gen {
 #define NX_FIBC_BY_DST 1u
 #define NX_FIBC_GEN_STEP 2u
 #define NX_FIBC_ALIVE 64 /* ticks, ~1.07 s */
+/* The watcher writes its sign of life in CLOCK_MONOTONIC ticks; the packet path's tick,
+ * derived from jiffies (src/clock.rs), trails it by up to a jiffy plus the calibration's
+ * rounding, more when the timer tick is late. A sign of life up to NX_FIBC_SKEW ticks
+ * (~67 ms) "in the future" is fresh, not 4 billion ticks old. */
+#define NX_FIBC_SKEW 4
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port

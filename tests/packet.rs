@@ -3584,5 +3584,13 @@ fn fib_cache_trusts_the_destination_key_only_while_the_watcher_lives() {
         xlate_out(env, &Pkt::udp(sub(1), 40002, SERVER, 53), None, "subscriber 1, alive again");
         xlate_out(env, &Pkt::udp(sub(3), 40002, SERVER, 53), None, "subscriber 3, alive again");
         assert_eq!(fib_lookups(env, &before), 1, "expected the destination-only key once alive again");
+
+        // The sign of life is a CLOCK_MONOTONIC tick, the packet path's clock comes from
+        // jiffies and may trail it a little: a sign of life from "just ahead" is fresh.
+        w.words()[1].store(natrix::tables::now_tick() as u64 + 3, std::sync::atomic::Ordering::Release);
+        let before = env.stats();
+        xlate_out(env, &Pkt::udp(sub(1), 40003, SERVER, 53), None, "subscriber 1, life sign ahead");
+        xlate_out(env, &Pkt::udp(sub(4), 40003, SERVER, 53), None, "subscriber 4, life sign ahead");
+        assert_eq!(fib_lookups(env, &before), 0, "expected the destination-only key with a sign of life ahead");
     });
 }

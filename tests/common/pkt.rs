@@ -240,6 +240,7 @@ impl Netns {
             b += &format!("neigh add {s} lladdr {} dev {OUT_IF} nud permanent\n", mac_str(mac_of(s)));
         }
         run_cmd("ip", &["-n", &ns.name, "-batch", "-"], Some(&b));
+        ns.wait_links_up();
         // without forwarding, bpf_fib_lookup answers "forwarding disabled"
         run_cmd(
             "ip",
@@ -255,6 +256,34 @@ impl Netns {
             None,
         );
         ns
+    }
+}
+
+impl Netns {
+    /// Waits (5 s at most) until the kernel has reported every veth's carrier: linkwatch
+    /// sends that notification up to a second after `link set up` (later while other
+    /// namespaces come and go), and a FIB cache watcher started before it arrives would
+    /// see a routing change in the middle of a test.
+    fn wait_links_up(&self) {
+        let t0 = std::time::Instant::now();
+        loop {
+            let out = Command::new("ip")
+                .args(["-n", &self.name, "-o", "link", "show"])
+                .output()
+                .expect("expected `ip link show` to run");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let up = |l: &str| {
+                text.lines().any(|line| line.contains(&format!(" {l}@")) && line.contains("state UP"))
+            };
+            if [IN_IF, OUT_IF].iter().all(|l| up(l) && up(&format!("{l}p"))) {
+                return;
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(5) {
+                eprintln!("warning: the test namespace's links did not report carrier within 5 s:\n{text}");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 
