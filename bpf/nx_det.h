@@ -158,6 +158,39 @@ static long nx_det_walk_cb(__u64 i, void *vctx)
 	return 0;
 }
 
+/* With d walked once (n steps) and d->avail >= 0 the word to claim: claim it with a
+ * compare-and-swap to d->key. When another endpoint's claim took it first, walk again and
+ * try the word that walk offers, three tries at most. Returns 1 with *old the word the claim
+ * replaced (0 FREE, or a HELD word), or 0: no claim, and d->found >= 0 if the endpoint's
+ * own word appeared meanwhile. Deterministic ranges and home blocks (nx_home.h) alike. */
+static __always_inline int nx_walk_claim(struct nx_dwalk *d, __u32 n, __u64 *old)
+{
+	__u64 *pw, w;
+	__u32 idx;
+
+	for (int t = 0; t < 3; t++) {
+		idx = d->base + (__u32)d->avail;
+		pw = bpf_map_lookup_elem(&nx_ports, &idx);
+		if (!pw)
+			return 0;
+		w = *(volatile __u64 *)pw;
+		if (nx_det_claimable(w, d->now_s, d->hold) &&
+		    __sync_val_compare_and_swap(pw, w, d->key) == w) {
+			*old = w;
+			return 1;
+		}
+		nx_count(NX_STAT_ALLOC_RETRY);
+		if (t == 2)
+			break;
+		d->found = -1;
+		d->avail = -1;
+		bpf_loop(n, nx_det_walk_cb, d, 0);
+		if (d->found >= 0 || d->avail < 0)
+			break;
+	}
+	return 0;
+}
+
 /* Find (create = 0), or find or claim (create = 1), the mapping of inside endpoint sip,
  * pp = NX_PP(protocol index, inside port): its word in sip's range, left as a struct
  * nx_map in the scratch (nx_det_cur). Returns (pool index << 16) | outside port (host
@@ -168,9 +201,9 @@ __noinline long nx_det_map(__u32 sip, __u32 pp, __u32 create)
 {
 	struct nx_config *cfg = nx_config();
 	struct nx_dwalk d = {};
-	__u32 a, first, n, idx, *lock;
+	__u32 a, first, n, *lock;
 	int claimed = 0;
-	__u64 h, *pw, w;
+	__u64 h, w;
 
 	if (!cfg || (pp >> 16) >= NX_NPROTO || cfg->det_ports < 2)
 		return -NX_DROP_INTERNAL;
@@ -205,25 +238,9 @@ __noinline long nx_det_map(__u32 sip, __u32 pp, __u32 create)
 	if (nx_tab_lock_take(lock) < 0)
 		return -NX_DROP_TABLE_BUSY;
 	d.hold = cfg->hold_down_s;
-	for (int t = 0; t < 3; t++) {
-		d.found = -1;
-		d.avail = -1;
-		bpf_loop(n, nx_det_walk_cb, &d, 0);
-		if (d.found >= 0 || d.avail < 0)
-			break;
-		idx = d.base + (__u32)d.avail;
-		pw = bpf_map_lookup_elem(&nx_ports, &idx);
-		if (!pw)
-			break;
-		/* another endpoint's claim may take the same word: then walk again */
-		w = *(volatile __u64 *)pw;
-		if (nx_det_claimable(w, d.now_s, d.hold) &&
-		    __sync_val_compare_and_swap(pw, w, d.key) == w) {
-			claimed = 1;
-			break;
-		}
-		nx_count(NX_STAT_ALLOC_RETRY);
-	}
+	bpf_loop(n, nx_det_walk_cb, &d, 0);
+	if (d.found < 0 && d.avail >= 0)
+		claimed = nx_walk_claim(&d, n, &w);
 	nx_tab_lock_drop(lock);
 	if (d.found < 0) {
 		if (!claimed)

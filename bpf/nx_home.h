@@ -110,10 +110,10 @@ static __always_inline int nx_home_mix(__u64 *bw, __u32 sip)
 __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 {
 	struct nx_config *cfg = nx_config();
-	__u32 pidx = pp >> 16, gid, a = 0, first = 0, idx, slot, n, bpa;
+	__u32 pidx = pp >> 16, gid, a = 0, first = 0, slot, n, bpa;
 	struct nx_map_key mk = {};
 	struct nx_dwalk d = {};
-	__u64 *bw, b, *pw, w = 0;
+	__u64 *bw, b, w = 0;
 	int claimed = 0;
 	__s64 home;
 
@@ -167,25 +167,7 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	 * the block empty with a mapping in it; fails when the block is no longer ours */
 	if (nx_block_reserve(gid, sip) < 0)
 		goto table;
-	for (int t = 0; t < 3; t++) {
-		idx = d.base + (__u32)d.avail;
-		pw = bpf_map_lookup_elem(&nx_ports, &idx);
-		if (!pw)
-			break;
-		/* another endpoint's claim may take the same word: then walk again */
-		w = *(volatile __u64 *)pw;
-		if (nx_det_claimable(w, d.now_s, d.hold) &&
-		    __sync_val_compare_and_swap(pw, w, d.key) == w) {
-			claimed = 1;
-			break;
-		}
-		nx_count(NX_STAT_ALLOC_RETRY);
-		d.found = -1;
-		d.avail = -1;
-		bpf_loop(n, nx_det_walk_cb, &d, 0);
-		if (d.found >= 0 || d.avail < 0)
-			break;
-	}
+	claimed = nx_walk_claim(&d, n, &w);
 	/* a HELD word taken over was counted already */
 	if (!claimed || w != 0)
 		nx_block_unreserve(gid);
