@@ -67,6 +67,14 @@ static __always_inline __u32 *nx_ep_lock(struct nx_config *cfg, __u32 sip, __u32
 	return bpf_map_lookup_elem(&nx_tab_locks, &key);
 }
 
+/* The configuration (*cfg) and the endpoint's lock stripe, for nx_dyn_map and nx_dyn_table;
+ * 0 when either is missing. */
+static __always_inline __u32 *nx_dyn_lock(struct nx_config **cfg, __u32 sip, __u32 pp)
+{
+	*cfg = nx_config();
+	return *cfg ? nx_ep_lock(*cfg, sip, pp) : 0;
+}
+
 /* Dynamic mode, first step for a packet that may open a connection: take the endpoint's
  * lock, then find its mapping or claim one in its home block (nx_home_map). Returns as
  * nx_home_map does, or minus a drop reason; the lock is still held (only) when the result
@@ -75,13 +83,10 @@ static __always_inline __u32 *nx_ep_lock(struct nx_config *cfg, __u32 sip, __u32
  * here, so that the calls nested on the 512-byte stack stay as deep as they were. */
 __noinline long nx_dyn_map(__u32 sip, __u32 pp)
 {
-	struct nx_config *cfg = nx_config();
-	__u32 *lock;
+	struct nx_config *cfg;
+	__u32 *lock = nx_dyn_lock(&cfg, sip, pp);
 	long r;
 
-	if (!cfg)
-		return -NX_DROP_INTERNAL;
-	lock = nx_ep_lock(cfg, sip, pp);
 	if (!lock)
 		return -NX_DROP_INTERNAL;
 	if (nx_tab_lock_take(lock) < 0)
@@ -98,15 +103,12 @@ __noinline long nx_dyn_map(__u32 sip, __u32 pp)
  * tick). Drops the lock. Returns as nx_home_map does, or minus a drop reason. Global. */
 __noinline long nx_dyn_table(__u32 sip, __u32 pp, __u32 now, long a)
 {
-	struct nx_config *cfg = nx_config();
-	__u32 pidx = pp >> 16, key, *lock, *out_ip;
+	struct nx_config *cfg;
+	__u32 pidx = pp >> 16, key, *out_ip, *lock = nx_dyn_lock(&cfg, sip, pp);
 	__u8 proto;
 	__s64 ins;
 	long r;
 
-	if (!cfg)
-		return -NX_DROP_INTERNAL;
-	lock = nx_ep_lock(cfg, sip, pp);
 	if (!lock)
 		return -NX_DROP_INTERNAL;
 	if (a == NX_ALLOC_HOME) {

@@ -3591,6 +3591,10 @@ fn fib_cache_trusts_the_destination_key_only_while_the_watcher_lives() {
         let before = env.stats();
         xlate_out(env, &Pkt::udp(sub(1), 40003, SERVER, 53), None, "subscriber 1, life sign ahead");
         xlate_out(env, &Pkt::udp(sub(4), 40003, SERVER, 53), None, "subscriber 4, life sign ahead");
-        assert_eq!(fib_lookups(env, &before), 0, "expected the destination-only key with a sign of life ahead");
+        assert_eq!(
+            fib_lookups(env, &before),
+            0,
+            "expected the destination-only key with a sign of life ahead"
+        );
     });
 }
