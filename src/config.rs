@@ -1352,6 +1352,15 @@ mod tests {
         }
     }
 
+    /// For each `(value, fragment)` case, asserts a `Key` error for `key`
+    /// on `doc(value)` whose message contains `fragment`.
+    fn assert_key_errors(key: &str, doc: impl Fn(&str) -> String, cases: &[(&str, &str)]) {
+        for &(v, why) in cases {
+            let m = key_error(&doc(v), key);
+            assert!(m.contains(why), "{key} = {v:?}: {m:?} lacks {why:?}");
+        }
+    }
+
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
     }
@@ -1777,25 +1786,23 @@ sweep_interval = "250ms"
 
     #[test]
     fn pool_address_syntax() {
-        for (entry, why) in [
-            ("203.0.113", "not an IPv4 address"),
-            ("203.0.113.256", "not an IPv4 address"),
-            ("203.0.113.01", "not an IPv4 address"),
-            ("2001:db8::1", "not an IPv4 address"),
-            (" 203.0.113.1", "not an IPv4 address"),
-            ("203.0.113.0/", "not a number"),
-            ("203.0.113.0/+24", "not a number"),
-            ("203.0.113.0/x", "not a number"),
-            ("203.0.0.0/19", "between /20 and /32"),
-            ("203.0.113.0/33", "between /20 and /32"),
-            ("203.0.113.0/999", "between /20 and /32"),
-        ] {
-            let m = key_error(
-                &with_pool(&format!("addresses = [\"203.0.114.1\", \"{entry}\"]")),
-                "pool.addresses[1]",
-            );
-            assert!(m.contains(why), "{entry:?}: {m}");
-        }
+        assert_key_errors(
+            "pool.addresses[1]",
+            |entry| with_pool(&format!("addresses = [\"203.0.114.1\", \"{entry}\"]")),
+            &[
+                ("203.0.113", "not an IPv4 address"),
+                ("203.0.113.256", "not an IPv4 address"),
+                ("203.0.113.01", "not an IPv4 address"),
+                ("2001:db8::1", "not an IPv4 address"),
+                (" 203.0.113.1", "not an IPv4 address"),
+                ("203.0.113.0/", "not a number"),
+                ("203.0.113.0/+24", "not a number"),
+                ("203.0.113.0/x", "not a number"),
+                ("203.0.0.0/19", "between /20 and /32"),
+                ("203.0.113.0/33", "between /20 and /32"),
+                ("203.0.113.0/999", "between /20 and /32"),
+            ],
+        );
     }
 
     #[test]
@@ -1830,18 +1837,19 @@ sweep_interval = "250ms"
 
     #[test]
     fn pool_reserved_ranges() {
-        for (entry, why) in [
-            ("0.0.0.0", "0.0.0.0/8"),
-            ("0.1.0.0/20", "0.0.0.0/8"),
-            ("127.0.0.1", "loopback"),
-            ("224.0.0.1", "multicast"),
-            ("239.255.0.0/20", "multicast"),
-            ("240.0.0.1", "240.0.0.0/4"),
-            ("255.255.255.255", "limited broadcast"),
-        ] {
-            let m = key_error(&with_pool(&format!("addresses = [\"{entry}\"]")), "pool.addresses[0]");
-            assert!(m.contains(why), "{entry:?}: {m}");
-        }
+        assert_key_errors(
+            "pool.addresses[0]",
+            |entry| with_pool(&format!("addresses = [\"{entry}\"]")),
+            &[
+                ("0.0.0.0", "0.0.0.0/8"),
+                ("0.1.0.0/20", "0.0.0.0/8"),
+                ("127.0.0.1", "loopback"),
+                ("224.0.0.1", "multicast"),
+                ("239.255.0.0/20", "multicast"),
+                ("240.0.0.1", "240.0.0.0/4"),
+                ("255.255.255.255", "limited broadcast"),
+            ],
+        );
         // Neighbours of the reserved ranges are fine.
         ok(&with_pool("addresses = [\"1.0.0.0\", \"126.255.255.255\", \"128.0.0.0\", \"223.255.255.255\"]"));
     }
@@ -1885,41 +1893,43 @@ sweep_interval = "250ms"
         assert_eq!((c.pool.port_lo, c.pool.port_hi), (1, 256));
         let c = ok(&with_pool(&format!("{base}ports = \"5000-5001\"\n[nat]\nblock_size = 2")));
         assert_eq!((c.pool.port_lo, c.pool.port_hi), (5000, 5001));
-        for (ports, why) in [
-            ("\"2000\"", "\"lo-hi\""),
-            ("\"\"", "\"lo-hi\""),
-            ("\"0-65535\"", "port 0"),
-            ("\"3000-2000\"", "3000 is above 2000"),
-            ("\"1024-65536\"", "above 65535"),
-            ("\"1024-99999999999\"", "above 65535"),
-            ("\"a-b\"", "not a port number"),
-            ("\"1024-\"", "not a port number"),
-            ("\"1024 - 2048\"", "not a port number"),
-            ("\"1024-2048-4096\"", "not a port number"),
-            ("\"-1-5\"", "not a port number"),
-            ("1024", "expected a string"),
-        ] {
-            let m = key_error(&with_pool(&format!("{base}ports = {ports}")), "pool.ports");
-            assert!(m.contains(why), "{ports}: {m}");
-        }
+        assert_key_errors(
+            "pool.ports",
+            |ports| with_pool(&format!("{base}ports = {ports}")),
+            &[
+                ("\"2000\"", "\"lo-hi\""),
+                ("\"\"", "\"lo-hi\""),
+                ("\"0-65535\"", "port 0"),
+                ("\"3000-2000\"", "3000 is above 2000"),
+                ("\"1024-65536\"", "above 65535"),
+                ("\"1024-99999999999\"", "above 65535"),
+                ("\"a-b\"", "not a port number"),
+                ("\"1024-\"", "not a port number"),
+                ("\"1024 - 2048\"", "not a port number"),
+                ("\"1024-2048-4096\"", "not a port number"),
+                ("\"-1-5\"", "not a port number"),
+                ("1024", "expected a string"),
+            ],
+        );
     }
 
     // ---- errors: nat ----
 
     #[test]
     fn nat_block_size() {
-        for (v, why) in [
-            ("255", "even"),
-            ("0", "between 2 and 65535"),
-            ("-2", "between 2 and 65535"),
-            ("65536", "between 2 and 65535"),
-            ("\"256\"", "expected an integer, found string \"256\""),
-            ("256.0", "expected an integer, found float"),
-            ("65534", "larger than the 64512 ports"),
-        ] {
-            let m = key_error(&with(&format!("[nat]\nblock_size = {v}\n")), "nat.block_size");
-            assert!(m.contains(why), "{v}: {m}");
-        }
+        assert_key_errors(
+            "nat.block_size",
+            |v| with(&format!("[nat]\nblock_size = {v}\n")),
+            &[
+                ("255", "even"),
+                ("0", "between 2 and 65535"),
+                ("-2", "between 2 and 65535"),
+                ("65536", "between 2 and 65535"),
+                ("\"256\"", "expected an integer, found string \"256\""),
+                ("256.0", "expected an integer, found float"),
+                ("65534", "larger than the 64512 ports"),
+            ],
+        );
         // The block may span the whole range, but not more.
         let pool =
             "addresses = [\"203.0.113.1\"]\nports = \"1000-1099\"\n[nat]\nport_class = false\nblock_size";
@@ -1994,21 +2004,22 @@ sweep_interval = "250ms"
     fn timeouts_errors() {
         for k in TIMEOUT_KEYS {
             let key = format!("timeouts.{k}");
-            for (v, why) in [
-                ("\"0s\"", "zero"),
-                ("0", "zero"),
-                ("\"31d\"", "exceeds the maximum of 30d"),
-                ("2592001", "exceeds the maximum"),
-                ("\"5x\"", "unknown unit"),
-                ("\"\"", "empty"),
-                ("\"-5m\"", "negative"),
-                ("-5", "negative"),
-                ("true", "expected a duration"),
-                ("1.5", "expected a duration"),
-            ] {
-                let m = key_error(&with(&format!("[timeouts]\n{k} = {v}\n")), &key);
-                assert!(m.contains(why), "{key} = {v}: {m}");
-            }
+            assert_key_errors(
+                &key,
+                |v| with(&format!("[timeouts]\n{k} = {v}\n")),
+                &[
+                    ("\"0s\"", "zero"),
+                    ("0", "zero"),
+                    ("\"31d\"", "exceeds the maximum of 30d"),
+                    ("2592001", "exceeds the maximum"),
+                    ("\"5x\"", "unknown unit"),
+                    ("\"\"", "empty"),
+                    ("\"-5m\"", "negative"),
+                    ("-5", "negative"),
+                    ("true", "expected a duration"),
+                    ("1.5", "expected a duration"),
+                ],
+            );
         }
     }
 
@@ -2046,16 +2057,17 @@ sweep_interval = "250ms"
         for k in ["max_subscribers", "max_mappings", "max_sessions"] {
             let key = format!("limits.{k}");
             assert!(ok(&with(&format!("[limits]\n{k} = 100000000\n"))).warnings.is_empty());
-            for (v, why) in [
-                ("0", "between 1 and 100000000"),
-                ("100000001", "between 1 and 100000000"),
-                ("-1", "between 1"),
-                ("\"1000\"", "expected an integer"),
-                ("1e6", "expected an integer"),
-            ] {
-                let m = key_error(&with(&format!("[limits]\n{k} = {v}\n")), &key);
-                assert!(m.contains(why), "{key} = {v}: {m}");
-            }
+            assert_key_errors(
+                &key,
+                |v| with(&format!("[limits]\n{k} = {v}\n")),
+                &[
+                    ("0", "between 1 and 100000000"),
+                    ("100000001", "between 1 and 100000000"),
+                    ("-1", "between 1"),
+                    ("\"1000\"", "expected an integer"),
+                    ("1e6", "expected an integer"),
+                ],
+            );
         }
     }
 
@@ -2068,20 +2080,26 @@ sweep_interval = "250ms"
         assert_eq!(c.fib_cache, FibCache { entries: 0, max_age: Duration::from_millis(1) });
         let c = ok(&with("[fib_cache]\nentries = 1048576\nmax_age = 10\n"));
         assert_eq!(c.fib_cache, FibCache { entries: 1 << 20, max_age: Duration::from_secs(10) });
-        for (k, v, why) in [
-            ("entries", "100", "power of two"),
-            ("entries", "32", "power of two between 64 and 1048576"),
-            ("entries", "2097152", "between 0 and 1048576"),
-            ("entries", "-1", "between 0"),
-            ("entries", "\"4k\"", "expected an integer"),
-            ("max_age", "\"0s\"", "between 1ms and 10s"),
-            ("max_age", "11", "between 1ms and 10s"),
-            ("max_age", "true", "expected a duration"),
-        ] {
-            let key = format!("fib_cache.{k}");
-            let m = key_error(&with(&format!("[fib_cache]\n{k} = {v}\n")), &key);
-            assert!(m.contains(why), "{key} = {v}: {m}");
-        }
+        assert_key_errors(
+            "fib_cache.entries",
+            |v| with(&format!("[fib_cache]\nentries = {v}\n")),
+            &[
+                ("100", "power of two"),
+                ("32", "power of two between 64 and 1048576"),
+                ("2097152", "between 0 and 1048576"),
+                ("-1", "between 0"),
+                ("\"4k\"", "expected an integer"),
+            ],
+        );
+        assert_key_errors(
+            "fib_cache.max_age",
+            |v| with(&format!("[fib_cache]\nmax_age = {v}\n")),
+            &[
+                ("\"0s\"", "between 1ms and 10s"),
+                ("11", "between 1ms and 10s"),
+                ("true", "expected a duration"),
+            ],
+        );
         key_error(&with("[fib_cache]\nsize = 64\n"), "fib_cache.size");
     }
 
@@ -2103,18 +2121,19 @@ sweep_interval = "250ms"
             Duration::from_millis(100)
         );
         assert_eq!(ok(&with("[daemon]\nsweep_interval = 60\n")).daemon.sweep_interval, secs(60));
-        for (v, why) in [
-            ("\"99ms\"", "between 100ms and 1m, found 99ms"),
-            ("\"0s\"", "found 0s"),
-            ("\"60s1ms\"", "found 1m1ms"),
-            ("61", "found 1m1s"),
-            ("\"1 s\"", "unexpected character"),
-            ("-1", "negative"),
-            ("false", "expected a duration"),
-        ] {
-            let m = key_error(&with(&format!("[daemon]\nsweep_interval = {v}\n")), "daemon.sweep_interval");
-            assert!(m.contains(why), "{v}: {m}");
-        }
+        assert_key_errors(
+            "daemon.sweep_interval",
+            |v| with(&format!("[daemon]\nsweep_interval = {v}\n")),
+            &[
+                ("\"99ms\"", "between 100ms and 1m, found 99ms"),
+                ("\"0s\"", "found 0s"),
+                ("\"60s1ms\"", "found 1m1ms"),
+                ("61", "found 1m1s"),
+                ("\"1 s\"", "unexpected character"),
+                ("-1", "negative"),
+                ("false", "expected a duration"),
+            ],
+        );
     }
 
     // ---- nat.home_probe ----
@@ -2213,16 +2232,16 @@ sweep_interval = "250ms"
         assert_eq!(ok(&with("")).nat.icmp_errors_per_sec, 100);
         assert_eq!(ok(&with("[nat]\nicmp_errors_per_sec = 0\n")).nat.icmp_errors_per_sec, 0);
         assert_eq!(ok(&with("[nat]\nicmp_errors_per_sec = 100000\n")).nat.icmp_errors_per_sec, 100_000);
-        for (v, why) in [
-            ("100001", "between 0 and 100000, found 100001"),
-            ("-1", "between 0 and 100000"),
-            ("\"100\"", "expected an integer, found string \"100\""),
-            ("1.5", "expected an integer"),
-        ] {
-            let m =
-                key_error(&with(&format!("[nat]\nicmp_errors_per_sec = {v}\n")), "nat.icmp_errors_per_sec");
-            assert!(m.contains(why), "{v}: {m}");
-        }
+        assert_key_errors(
+            "nat.icmp_errors_per_sec",
+            |v| with(&format!("[nat]\nicmp_errors_per_sec = {v}\n")),
+            &[
+                ("100001", "between 0 and 100000, found 100001"),
+                ("-1", "between 0 and 100000"),
+                ("\"100\"", "expected an integer, found string \"100\""),
+                ("1.5", "expected an integer"),
+            ],
+        );
         let m = key_error(&with("[nat]\nicmp_error_per_sec = 5\n"), "nat.icmp_error_per_sec");
         assert!(m.contains("did you mean `icmp_errors_per_sec`"), "{m}");
     }
@@ -2269,19 +2288,20 @@ sweep_interval = "250ms"
 
     #[test]
     fn exclude_prefix_syntax() {
-        for (prefix, why) in [
-            ("192.0.2", "not an IPv4 address"),
-            ("192.0.2.0/", "not a number"),
-            ("192.0.2.0/+24", "not a number"),
-            ("192.0.2.0/33", "between /0 and /32"),
-            ("2001:db8::/32", "not an IPv4 address"),
-            ("", "not an IPv4 address"),
-            ("192.0.2.129/25", "host bits set; did you mean \"192.0.2.128/25\""),
-            ("1.0.0.0/0", "host bits set; did you mean \"0.0.0.0/0\""),
-        ] {
-            let m = key_error(&with_excludes(&["10.0.0.0/8", prefix]), "exclude[1].prefix");
-            assert!(m.contains(why), "{prefix:?}: {m}");
-        }
+        assert_key_errors(
+            "exclude[1].prefix",
+            |prefix| with_excludes(&["10.0.0.0/8", prefix]),
+            &[
+                ("192.0.2", "not an IPv4 address"),
+                ("192.0.2.0/", "not a number"),
+                ("192.0.2.0/+24", "not a number"),
+                ("192.0.2.0/33", "between /0 and /32"),
+                ("2001:db8::/32", "not an IPv4 address"),
+                ("", "not an IPv4 address"),
+                ("192.0.2.129/25", "host bits set; did you mean \"192.0.2.128/25\""),
+                ("1.0.0.0/0", "host bits set; did you mean \"0.0.0.0/0\""),
+            ],
+        );
     }
 
     #[test]
@@ -2450,24 +2470,26 @@ sweep_interval = "250ms"
 
     #[test]
     fn forward_proto() {
-        for (v, why) in [
-            ("\"icmp\"", "expected one of \"tcp\", \"udp\", found \"icmp\""),
-            ("\"TCP\"", "found \"TCP\""),
-            ("\"\"", "found \"\""),
-            ("6", "expected a string, found integer 6"),
-        ] {
-            let doc = with(&format!(
-                "{}[[forward]]\nproto = {v}\noutside = \"203.0.113.1:81\"\ninside = \"100.64.0.3:81\"\n",
-                forward("tcp", "203.0.113.1:80", "100.64.0.3:80")
-            ));
-            let m = key_error(&doc, "forward[1].proto");
-            assert!(m.contains(why), "{v}: {m}");
-        }
+        assert_key_errors(
+            "forward[1].proto",
+            |v| {
+                with(&format!(
+                    "{}[[forward]]\nproto = {v}\noutside = \"203.0.113.1:81\"\ninside = \"100.64.0.3:81\"\n",
+                    forward("tcp", "203.0.113.1:80", "100.64.0.3:80")
+                ))
+            },
+            &[
+                ("\"icmp\"", "expected one of \"tcp\", \"udp\", found \"icmp\""),
+                ("\"TCP\"", "found \"TCP\""),
+                ("\"\"", "found \"\""),
+                ("6", "expected a string, found integer 6"),
+            ],
+        );
     }
 
     #[test]
     fn forward_endpoint_syntax() {
-        for (endpoint, why) in [
+        let cases = [
             ("203.0.113.1", "expected an IPv4 address and port such as \"203.0.113.40:8080\""),
             ("", "expected an IPv4 address and port"),
             ("203.0.113.1:", "\"\" is not a port number"),
@@ -2479,12 +2501,9 @@ sweep_interval = "250ms"
             ("203.0.113:80", "\"203.0.113\" is not an IPv4 address"),
             ("[::1]:80", "not an IPv4 address"),
             (" 203.0.113.1:80", "not an IPv4 address"),
-        ] {
-            let m = key_error(&with_forwards(&[("tcp", endpoint, "100.64.0.3:80")]), "forward[0].outside");
-            assert!(m.contains(why), "outside {endpoint:?}: {m}");
-            let m = key_error(&with_forwards(&[("tcp", "203.0.113.1:80", endpoint)]), "forward[0].inside");
-            assert!(m.contains(why), "inside {endpoint:?}: {m}");
-        }
+        ];
+        assert_key_errors("forward[0].outside", |e| with_forwards(&[("tcp", e, "100.64.0.3:80")]), &cases);
+        assert_key_errors("forward[0].inside", |e| with_forwards(&[("tcp", "203.0.113.1:80", e)]), &cases);
         for k in ["outside", "inside"] {
             let doc = with(&format!(
                 "[[forward]]\nproto = \"tcp\"\n{}\n",
@@ -2623,25 +2642,37 @@ sweep_interval = "250ms"
 
     #[test]
     fn fragments_errors() {
-        for (k, v, why) in [
-            ("timeout", "\"99ms\"", "between 100ms and 1m, found 99ms"),
-            ("timeout", "\"1m1ms\"", "found 1m1ms"),
-            ("timeout", "61", "found 1m1s"),
-            ("timeout", "0", "found 0s"),
-            ("timeout", "\"2x\"", "unknown unit"),
-            ("timeout", "-1", "negative"),
-            ("timeout", "true", "expected a duration"),
-            ("max_tracked", "15", "between 16 and 10000000, found 15"),
-            ("max_tracked", "10000001", "between 16 and 10000000"),
-            ("max_tracked", "\"16384\"", "expected an integer"),
-            ("max_held", "-1", "between 0 and 65536, found -1"),
-            ("max_held", "65537", "between 0 and 65536"),
-            ("max_held", "2.5", "expected an integer"),
-        ] {
-            let key = format!("fragments.{k}");
-            let m = key_error(&with(&format!("[fragments]\n{k} = {v}\n")), &key);
-            assert!(m.contains(why), "{key} = {v}: {m}");
-        }
+        assert_key_errors(
+            "fragments.timeout",
+            |v| with(&format!("[fragments]\ntimeout = {v}\n")),
+            &[
+                ("\"99ms\"", "between 100ms and 1m, found 99ms"),
+                ("\"1m1ms\"", "found 1m1ms"),
+                ("61", "found 1m1s"),
+                ("0", "found 0s"),
+                ("\"2x\"", "unknown unit"),
+                ("-1", "negative"),
+                ("true", "expected a duration"),
+            ],
+        );
+        assert_key_errors(
+            "fragments.max_tracked",
+            |v| with(&format!("[fragments]\nmax_tracked = {v}\n")),
+            &[
+                ("15", "between 16 and 10000000, found 15"),
+                ("10000001", "between 16 and 10000000"),
+                ("\"16384\"", "expected an integer"),
+            ],
+        );
+        assert_key_errors(
+            "fragments.max_held",
+            |v| with(&format!("[fragments]\nmax_held = {v}\n")),
+            &[
+                ("-1", "between 0 and 65536, found -1"),
+                ("65537", "between 0 and 65536"),
+                ("2.5", "expected an integer"),
+            ],
+        );
         let m = key_error(&with("[fragments]\nmax_hold = 5\n"), "fragments.max_hold");
         assert!(m.contains("did you mean `max_held`"), "{m}");
         let m = key_error(&with("[fragments]\ntimeouts = \"2s\"\n"), "fragments.timeouts");
