@@ -257,9 +257,7 @@ impl Netns {
         );
         ns
     }
-}
 
-impl Netns {
     /// Waits (5 s at most) until the kernel has reported every veth's carrier: linkwatch
     /// sends that notification up to a second after `link set up` (later while other
     /// namespaces come and go), and a FIB cache watcher started before it arrives would
