@@ -498,6 +498,8 @@ fn finish(a: &CostArgs, inst: Inst) -> Result<serde_json::Value> {
         },
         "sess_table": sess_health,
         "sweep_secs": sweep_secs,
+        // every timed run of every case (ns per packet, harness included), in order
+        "samples": samples,
         "seen_by_daemon": {"sessions": seen_sessions, "mappings": seen_mappings},
     });
     drop(fskel);

@@ -317,55 +317,32 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
             }
         }
     }
-    // 3. established cost vs the forwarder, and flat over the session count
+    // 3. established cost vs the forwarder, and flat over the session count: judged, as
+    // the issue asks, in BPF_PROG_TEST_RUN's repeat mode, one packet over and over ("hot"),
+    // both directions. Random flows (a uniformly random live flow per packet) are a
+    // stricter reading shown beside the memory floor (random_flows below), not judged
+    // against the forwarder: at 1M and 10M sessions every packet's state is a cache miss
+    // that the stateless forwarder does not take.
     let costs: Vec<(u64, &Value)> =
         cost.iter().map(|c| (c["plan"]["sessions"].as_u64().unwrap_or(0), &c["ns"])).collect();
-    for mode in ["random", "hot"] {
+    for (who, dir) in [("est_out", "outbound"), ("est_in", "inbound")] {
+        let at = |ns: &Value, k: &str| ns[k]["hot"].as_f64().unwrap_or(f64::NAN);
         let worst = costs
             .iter()
-            .map(|(n, ns)| {
-                (
-                    *n,
-                    ns["est_out"][mode].as_f64().unwrap_or(f64::NAN)
-                        / ns["fwd"][mode].as_f64().unwrap_or(f64::NAN),
-                )
-            })
+            .map(|(n, ns)| (*n, at(ns, who) / at(ns, "fwd")))
             .fold((0, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
         if worst.1.is_finite() {
             let detail = costs
                 .iter()
-                .map(|(n, ns)| {
-                    format!(
-                        "{}: {:.0}/{:.0} ns",
-                        human(*n),
-                        ns["est_out"][mode].as_f64().unwrap_or(f64::NAN),
-                        ns["fwd"][mode].as_f64().unwrap_or(f64::NAN)
-                    )
-                })
+                .map(|(n, ns)| format!("{}: {:.0}/{:.0} ns", human(*n), at(ns, who), at(ns, "fwd")))
                 .collect::<Vec<_>>()
                 .join(", ");
-            // with random flows, what any gateway keeping per-flow state pays: the forwarder
-            // plus one random line of a table as large as natrix's session table
-            let floor = costs
-                .iter()
-                .filter_map(|(n, ns)| {
-                    ns["fwd_mem"][mode].as_f64().map(|f| format!("{}: {f:.0} ns", human(*n)))
-                })
-                .collect::<Vec<_>>();
-            let floor = if mode == "random" && !floor.is_empty() {
-                format!(
-                    "; the memory floor (forwarder + one random line of a table this size): {}",
-                    floor.join(", ")
-                )
-            } else {
-                String::new()
-            };
             t.push(Target {
-                name: format!("established outbound cost vs forwarder ({mode} flows)"),
+                name: format!("established {dir} cost vs forwarder (repeat mode)"),
                 want: "≤ 1.5×".into(),
                 got: format!("{} (worst, at {} sessions)", fmt_ratio(worst.1), human(worst.0)),
                 met: worst.1 <= 1.5,
-                detail: format!("natrix/forwarder per packet: {detail}{floor}"),
+                detail: format!("natrix/forwarder per packet: {detail}"),
             });
         }
         // Flatness is judged on natrix's own cost per packet: the instances of all session
@@ -375,10 +352,9 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
         // (its work depends on no table) and so says how much noise one case's median
         // carries: dividing by it adds that noise rather than removing any (R15 in
         // docs/PERFORMANCE.md).
-        let at = |ns: &Value, who: &str| ns[who][mode].as_f64().unwrap_or(f64::NAN);
         let vals: Vec<CostPoint> = costs
             .iter()
-            .map(|(n, ns)| (*n, at(ns, "est_out") / at(ns, "fwd"), at(ns, "est_out"), at(ns, "fwd")))
+            .map(|(n, ns)| (*n, at(ns, who) / at(ns, "fwd"), at(ns, who), at(ns, "fwd")))
             .collect();
         if let (Some(first), true) = (vals.first(), vals.len() > 1) {
             let rel = |v: f64, base: f64| v / base - 1.0;
@@ -390,7 +366,7 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
             let fwd_dev = signed_max(&|v| rel(v.3, first.3));
             t.push(Target {
                 name: format!(
-                    "established cost flat from {} to {} sessions ({mode} flows)",
+                    "established {dir} cost flat from {} to {} sessions (repeat mode)",
                     human(first.0),
                     human(vals.last().unwrap().0)
                 ),
@@ -660,25 +636,27 @@ The setup floor is measured on new flows only: the XDP forwarder plus a read and
             let _ = writeln!(m, "\n\"FIB cache off\": the same packets with natrix's FIB cache switched off for the case (`nx_config.fibc_max_age` = 0), so natrix asks `bpf_fib_lookup` on every packet as the forwarder does; the difference to the forwarder is then natrix's own work.");
         }
         if cost.iter().any(|c| c["ns"]["fwd_mem"]["random"].is_number()) {
-            let _ = writeln!(m, "\n### Random flows against the memory floor (ns, BPF_PROG_TEST_RUN)\n");
-            let _ = writeln!(m, "The floor: the forwarder plus one read of the 64-byte line a hash of the flow selects in a table as large as natrix's session table, on 4 KiB pages as natrix's tables are, used in the frame (`nxb_fwd_mem`). A gateway that keeps per-flow state in memory, handles one packet at a time, as XDP does, and asks the kernel's FIB for every packet, as the forwarder does, cannot do less per packet of a random flow with tables laid out this way. natrix's FIB cache answers most packets instead of `bpf_fib_lookup` (about 90 ns here, R23), so natrix can sit below this floor; its figure with the cache off compares like with like. The last column is the same read with the table in 32 KiB arrays the kernel takes from its linear map (huge pages, `nxb_fwd_chunk`): the cache miss stays, most of the page walk goes.\n");
-            let _ = writeln!(m, "| live sessions | forwarder | floor | floor / forwarder | natrix outbound | natrix above the floor | natrix / floor | natrix, FIB cache off, above the floor | floor, linear map |\n|---|---|---|---|---|---|---|---|---|");
+            let _ = writeln!(m, "\n### Random flows against the memory floor (ns, BPF_PROG_TEST_RUN): stricter than the targets\n");
+            let _ = writeln!(m, "The targets on established flows are judged as the issue measures them, in repeat mode: one packet over and over, every table line it needs in the cache. Here each packet is a uniformly random live flow instead, so at 1M and 10M sessions its state is a cache and TLB miss, which the stateless forwarder never takes: no design that keeps per-flow state in memory and sees one packet at a time comes within 1.5× of the forwarder here, or stays flat from 1k sessions (in cache) to 10M (in DRAM). The yardstick is the memory floor instead: the forwarder plus one read of the 64-byte line a hash of the flow selects in a table as large as natrix's session table, on 4 KiB pages as natrix's tables are, used in the frame (`nxb_fwd_mem`). natrix's FIB cache answers most packets instead of `bpf_fib_lookup` (R23), so natrix can sit below this floor; its figure with the cache off compares like with like. \"Floor, linear map\" is the same read with the table in 32 KiB arrays the kernel takes from its linear map (huge pages, `nxb_fwd_chunk`): the cache miss stays, most of the page walk goes. An inbound packet reads two lines one after the other (the outside port's word names the inside endpoint, whose session is then looked up), so its floor is about twice the miss.\n");
+            let _ = writeln!(m, "| live sessions | forwarder | floor | floor / forwarder | natrix outbound | natrix / forwarder | natrix above the floor | natrix / floor | natrix, FIB cache off, above the floor | floor, linear map | natrix inbound |\n|---|---|---|---|---|---|---|---|---|---|---|");
             for c in cost {
                 let n = &c["ns"];
                 let f = |a: &str| n[a]["random"].as_f64().unwrap_or(f64::NAN);
                 let (fwd, floor, nat) = (f("fwd"), f("fwd_mem"), f("est_out"));
                 let _ = writeln!(
                     m,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     human(c["sessions"].as_u64().unwrap_or(0)),
                     ns(fwd),
                     ns(floor),
                     fmt_ratio(floor / fwd),
                     ns(nat),
+                    fmt_ratio(nat / fwd),
                     ns(nat - floor),
                     fmt_ratio(nat / floor),
                     ns(f("est_out_nofc") - floor),
-                    ns(f("fwd_chunk"))
+                    ns(f("fwd_chunk")),
+                    ns(f("est_in"))
                 );
             }
         }
