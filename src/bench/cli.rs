@@ -81,6 +81,11 @@ pub struct GenArgs {
     /// Interface to send from (its peer receives).
     #[arg(long)]
     pub dev: String,
+    /// An interface that carries no traffic (a dummy, down) to keep the generator attached
+    /// to in generic mode, so that test runs do not wait for RCU grace periods (see
+    /// Generator::park). scripts/bench.sh makes one, nxbpark.
+    #[arg(long)]
+    pub park_dev: Option<String>,
     /// Destination MAC (the receiving interface's).
     #[arg(long)]
     pub dst_mac: String,
@@ -143,6 +148,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 smac: sys::mac_of(&g.dev)?,
             };
             let mut gen = Generator::new(&g.dev, &spec)?;
+            if let Some(dev) = &g.park_dev {
+                gen.park(dev)?;
+            }
             let duration = match (g.count, g.duration) {
                 (None, None) => Some(1.0),
                 (_, d) => d,

@@ -25,6 +25,11 @@ pub struct E2eArgs {
     /// Generator's interface (in the current network namespace).
     #[arg(long)]
     pub dev: String,
+    /// An interface that carries no traffic (a dummy, down) to keep the generator attached
+    /// to in generic mode, so that test runs do not wait for RCU grace periods (see
+    /// Generator::park). scripts/bench.sh makes one, nxbpark.
+    #[arg(long)]
+    pub park_dev: Option<String>,
     /// MAC address of the gateway's interface the frames are addressed to.
     #[arg(long)]
     pub dst_mac: String,
@@ -179,6 +184,9 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
     spec.validate()?;
     let sink = open_sink(&a.sink_pin)?;
     let mut g = Generator::new(&a.dev, &spec)?;
+    if let Some(dev) = &a.park_dev {
+        g.park(dev)?;
+    }
     if let Some(pin) = &a.natrix_pin {
         provision_natrix(&mut g, &spec, pin, &sink).context("provisioning subscribers")?;
     }

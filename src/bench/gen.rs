@@ -5,7 +5,7 @@
 //! optionally paced to a rate.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -20,6 +20,8 @@ pub struct Generator {
     skel: NxbGenSkel<'static>,
     ifindex: u32,
     frame: Vec<u8>,
+    /// the generator's XDP link on its parking interface (see `park`), detached on drop
+    _parked: Option<OwnedFd>,
 }
 
 /// What one generator run did.
@@ -42,9 +44,46 @@ impl Generator {
             Box::leak(Box::new(MaybeUninit::uninit()));
         let open = NxbGenSkelBuilder::default().open(storage).context("opening the generator")?;
         let skel = open.load().context("loading the generator (verifier)")?;
-        let mut g = Generator { skel, ifindex, frame: Vec::new() };
+        let mut g = Generator { skel, ifindex, frame: Vec::new(), _parked: None };
         g.set(spec)?;
         Ok(g)
+    }
+
+    /// Attaches the generator (generic mode, a bpf_link that lives as long as `self`) to
+    /// `dev`, an interface that carries no traffic, such as a dummy that is down: a frame
+    /// received there would be rewritten and sent back. While an XDP program is attached
+    /// somewhere the kernel's XDP dispatcher holds it, and a test run of it then only counts
+    /// one more user. Unparked, every test run adds the program to the dispatcher and
+    /// removes it again, each change waiting for an RCU grace period (`synchronize_rcu` in
+    /// `bpf_dispatcher_change_prog`): on a machine with slow grace periods the generator
+    /// then sleeps for most of a run, and what the sink counts is that sleep, not the work
+    /// of the path (docs/PERFORMANCE.md, R31).
+    pub fn park(&mut self, dev: &str) -> Result<()> {
+        const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+        let ifindex = sys::ifindex(dev)?;
+        let opts = libbpf_rs::libbpf_sys::bpf_link_create_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_link_create_opts>() as _,
+            flags: XDP_FLAGS_SKB_MODE,
+            ..Default::default()
+        };
+        // SAFETY: a valid program fd and options struct.
+        let fd = unsafe {
+            libbpf_rs::libbpf_sys::bpf_link_create(
+                self.skel.progs.nxb_gen.as_fd().as_raw_fd(),
+                ifindex as i32,
+                libbpf_rs::libbpf_sys::BPF_XDP,
+                &opts,
+            )
+        };
+        if fd < 0 {
+            anyhow::bail!(
+                "parking the generator on {dev} (XDP, generic mode): {}",
+                std::io::Error::from_raw_os_error(-fd)
+            );
+        }
+        // SAFETY: bpf_link_create returned a new descriptor that nothing else owns.
+        self._parked = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        Ok(())
     }
 
     /// Switches to another stream; the sequence number starts at 0 again.
