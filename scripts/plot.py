@@ -123,12 +123,16 @@ def cost_plot(cost, out):
         series = [
             ("est_out", "random", "natrix established outbound, random flow", dict(color="#1f77b4", marker="o", lw=2)),
             ("est_in", "random", "natrix established inbound, random flow", dict(color="#9467bd", marker="o")),
-            ("est_out", "hot", "natrix established outbound, one flow", dict(color="#1f77b4", marker="o", ls="--")),
+            ("fwd_mem", "random", "memory floor: forwarder + one random line", dict(color="#7f7f7f", marker="x", ls=":")),
+            ("est_out", "hot", "natrix established outbound, repeat mode (one flow)", dict(color="#1f77b4", marker="o", ls="--")),
+            ("est_in", "hot", "natrix established inbound, repeat mode (one flow)", dict(color="#9467bd", marker="o", ls="--")),
             ("new_flow", "at_n", "natrix new flow (setup)", dict(color="#ff7f0e", marker="s")),
-            ("fwd", "random", "minimal XDP forwarder", dict(color="#2ca02c", marker="D")),
+            ("fwd", "hot", "minimal XDP forwarder, repeat mode", dict(color="#2ca02c", marker="D")),
         ]
         for k, m, label, st in series:
-            ax.plot(xs, [c["ns"][k][m] for c in cost], label=label, **st)
+            ys = [c["ns"].get(k, {}).get(m) for c in cost]
+            if all(isinstance(y, (int, float)) for y in ys):
+                ax.plot(xs, ys, label=label, **st)
         ax.set_xscale("log")
         ax.set_xticks(xs)
         ax.set_xticklabels([human(x) for x in xs])
