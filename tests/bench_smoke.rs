@@ -105,6 +105,15 @@ fn bench_smoke_runs_and_reports() {
     back.reverse();
     assert_eq!(order(1), back, "the second pass runs the gateways in reverse order");
     // natrix translated: the profile of its program saw the packets
+    // every end-to-end run's generator was parked (no RCU wait per test run)
+    let raw = std::fs::read_to_string(out.join("raw.jsonl")).expect("raw.jsonl");
+    let runs: Vec<Value> = raw
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("raw JSON"))
+        .filter(|r| r["kind"] == "e2e")
+        .collect();
+    assert!(!runs.is_empty(), "no end-to-end run in raw.jsonl");
+    assert!(runs.iter().all(|r| r["parked"] == true), "an end-to-end run with an unparked generator");
     let nat = e2e.iter().find(|r| r["gateway"] == "natrix" && r["case"] == "size").unwrap();
     assert!(nat["prog_ns"].as_f64().unwrap_or(0.0) > 0.0, "no bpf_stats profile: {nat}");
 

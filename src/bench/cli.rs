@@ -81,7 +81,7 @@ pub struct GenArgs {
     /// Interface to send from (its peer receives).
     #[arg(long)]
     pub dev: String,
-    /// An interface that carries no traffic (a dummy, down) to keep the generator attached
+    /// An interface that carries no traffic (a veth that stays down) to keep the generator attached
     /// to in generic mode, so that test runs do not wait for RCU grace periods (see
     /// Generator::park). scripts/bench.sh makes one, nxbpark.
     #[arg(long)]

@@ -12,8 +12,9 @@
 //! each connection from a new ephemeral port).
 //!
 //! Timing: every number is the median of `reps` test runs of `repeat` packets each, minus
-//! the harness' own cost in the same mode (nxb_nop behind it). "hot" sends one flow over
-//! and over (everything in L1); "random" picks a uniformly random live flow per packet, so
+//! the harness' own cost in the same mode (nxb_nop behind it; in the hot cases the median
+//! over all instances, see pooled_hot_harness). "hot" sends one flow over and over
+//! (everything in L1: BPF_PROG_TEST_RUN's repeat mode as the issue measures it); "random" picks a uniformly random live flow per packet, so
 //! table accesses miss the caches as they do under real load. The instances of all session
 //! counts are prepared first and timed in turn, case by case, in every repetition: the
 //! sizes are compared within the same minutes, not across this machine's drift.
@@ -376,7 +377,6 @@ impl Inst {
     }
 }
 
-/// The new-flow cost, memory and sweep of a timed instance, and its record.
 /// The harness' own cost in the hot cases, the same for every instance: the median of all
 /// instances' runs of `nop_hot` and `nop_in_hot`. In a hot case the harness writes the same
 /// frame in every instance, so its work does not depend on the tables; its figure alone
@@ -391,6 +391,8 @@ fn pooled_hot_harness(insts: &[Inst]) -> (f64, f64) {
     (pool("nop_hot"), pool("nop_in_hot"))
 }
 
+/// The new-flow cost, memory and sweep of a timed instance, and its record; `hot_harness`
+/// is what the hot cases subtract (pooled_hot_harness).
 fn finish(a: &CostArgs, inst: Inst, (nop_hot, nop_in_hot): (f64, f64)) -> Result<serde_json::Value> {
     let Inst {
         plan,

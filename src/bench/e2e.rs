@@ -25,7 +25,7 @@ pub struct E2eArgs {
     /// Generator's interface (in the current network namespace).
     #[arg(long)]
     pub dev: String,
-    /// An interface that carries no traffic (a dummy, down) to keep the generator attached
+    /// An interface that carries no traffic (a veth that stays down) to keep the generator attached
     /// to in generic mode, so that test runs do not wait for RCU grace periods (see
     /// Generator::park). scripts/bench.sh makes one, nxbpark.
     #[arg(long)]
@@ -239,6 +239,8 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
 
     let rec = json!({
         "kind": "e2e",
+        // the generator was parked (Generator::park): no RCU wait per test run
+        "parked": a.park_dev.is_some(),
         "gateway": a.gateway,
         "case": a.case,
         "round": a.round,

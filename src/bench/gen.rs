@@ -50,7 +50,7 @@ impl Generator {
     }
 
     /// Attaches the generator (generic mode, a bpf_link that lives as long as `self`) to
-    /// `dev`, an interface that carries no traffic, such as a dummy that is down: a frame
+    /// `dev`, an interface that carries no traffic, such as a veth that stays down: a frame
     /// received there would be rewritten and sent back. While an XDP program is attached
     /// somewhere the kernel's XDP dispatcher holds it, and a test run of it then only counts
     /// one more user. Unparked, every test run adds the program to the dispatcher and

@@ -320,31 +320,74 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
     // 3. established cost vs the forwarder, and flat over the session count: judged, as
     // the issue asks, in BPF_PROG_TEST_RUN's repeat mode, one packet over and over ("hot"),
     // both directions. Random flows (a uniformly random live flow per packet) are a
-    // stricter reading shown beside the memory floor (random_flows below), not judged
-    // against the forwarder: at 1M and 10M sessions every packet's state is a cache miss
-    // that the stateless forwarder does not take.
+    // stricter reading shown beside the memory floor (the table "Random flows against the
+    // memory floor" and the line under the targets), not judged against the forwarder: at
+    // 1M and 10M sessions every packet's state is a cache miss that the stateless
+    // forwarder does not take.
     let costs: Vec<(u64, &Value)> =
         cost.iter().map(|c| (c["plan"]["sessions"].as_u64().unwrap_or(0), &c["ns"])).collect();
     for (who, dir) in [("est_out", "outbound"), ("est_in", "inbound")] {
-        let at = |ns: &Value, k: &str| ns[k]["hot"].as_f64().unwrap_or(f64::NAN);
-        let worst = costs
-            .iter()
-            .map(|(n, ns)| (*n, at(ns, who) / at(ns, "fwd")))
-            .fold((0, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
-        if worst.1.is_finite() {
-            let detail = costs
-                .iter()
-                .map(|(n, ns)| format!("{}: {:.0}/{:.0} ns", human(*n), at(ns, who), at(ns, "fwd")))
-                .collect::<Vec<_>>()
-                .join(", ");
-            t.push(Target {
-                name: format!("established {dir} cost vs forwarder (repeat mode)"),
-                want: "≤ 1.5×".into(),
-                got: format!("{} (worst, at {} sessions)", fmt_ratio(worst.1), human(worst.0)),
-                met: worst.1 <= 1.5,
-                detail: format!("natrix/forwarder per packet: {detail}"),
-            });
+        if costs.is_empty() {
+            break;
         }
+        let at = |ns: &Value, k: &str| ns[k]["hot"].as_f64().unwrap_or(f64::NAN);
+        let vals: Vec<CostPoint> = costs
+            .iter()
+            .map(|(n, ns)| (*n, at(ns, who) / at(ns, "fwd"), at(ns, who), at(ns, "fwd")))
+            .collect();
+        let cost_name = format!("established {dir} cost vs forwarder (repeat mode)");
+        let flat_name = format!(
+            "established {dir} cost flat from {} to {} sessions (repeat mode)",
+            human(vals[0].0),
+            human(vals[vals.len() - 1].0)
+        );
+        // a size without a positive figure (not measured, or the harness' median above the
+        // program's) is a miss, never a pass by omission
+        if let Some(bad) =
+            vals.iter().find(|v| !(v.2 > 0.0 && v.3 > 0.0 && v.2.is_finite() && v.3.is_finite()))
+        {
+            for name in [cost_name, flat_name] {
+                t.push(Target {
+                    name,
+                    want: "measured".into(),
+                    got: format!("no usable figure at {} sessions", human(bad.0)),
+                    met: false,
+                    detail: format!("natrix {:.0} ns, forwarder {:.0} ns", bad.2, bad.3),
+                });
+            }
+            continue;
+        }
+        let worst = vals.iter().fold(vals[0], |a, b| if b.1 > a.1 { *b } else { a });
+        let detail = vals
+            .iter()
+            .map(|(n, _, v, f)| format!("{}: {v:.0}/{f:.0} ns", human(*n)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let aside = if who == "est_out" {
+            // natrix's FIB cache is its own (the forwarder asks bpf_fib_lookup every time):
+            // what the packet costs without it, for the record
+            let nofc = costs
+                .iter()
+                .filter_map(|(n, ns)| {
+                    let v = ns["est_out_nofc"]["hot"].as_f64()?;
+                    Some(format!("{}: {v:.0} ns ({})", human(*n), fmt_ratio(v / at(ns, "fwd"))))
+                })
+                .collect::<Vec<_>>();
+            if nofc.is_empty() {
+                String::new()
+            } else {
+                format!("; with natrix's FIB cache off: {}", nofc.join(", "))
+            }
+        } else {
+            "; the forwarder's figure is its outbound one (its work, parse, FIB lookup, MACs, redirect, does not depend on the direction)".into()
+        };
+        t.push(Target {
+            name: cost_name,
+            want: "≤ 1.5×".into(),
+            got: format!("{} (worst, at {} sessions)", fmt_ratio(worst.1), human(worst.0)),
+            met: worst.1 <= 1.5,
+            detail: format!("natrix/forwarder per packet: {detail}{aside}"),
+        });
         // Flatness is judged on natrix's own cost per packet: the instances of all session
         // counts are timed in turn within each repetition (cost.rs), so a slow phase of the
         // machine hits every size alike. The cost relative to the forwarder of the same
@@ -352,11 +395,8 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
         // (its work depends on no table) and so says how much noise one case's median
         // carries: dividing by it adds that noise rather than removing any (R15 in
         // docs/PERFORMANCE.md).
-        let vals: Vec<CostPoint> = costs
-            .iter()
-            .map(|(n, ns)| (*n, at(ns, who) / at(ns, "fwd"), at(ns, who), at(ns, "fwd")))
-            .collect();
-        if let (Some(first), true) = (vals.first(), vals.len() > 1) {
+        if vals.len() > 1 {
+            let first = vals[0];
             let rel = |v: f64, base: f64| v / base - 1.0;
             let signed_max = |f: &dyn Fn(&CostPoint) -> f64| {
                 vals.iter().map(f).fold(0.0, |a: f64, b| if b.abs() > a.abs() { b } else { a })
@@ -365,11 +405,7 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
             let raw_dev = signed_max(&|v| rel(v.2, first.2));
             let fwd_dev = signed_max(&|v| rel(v.3, first.3));
             t.push(Target {
-                name: format!(
-                    "established {dir} cost flat from {} to {} sessions (repeat mode)",
-                    human(first.0),
-                    human(vals.last().unwrap().0)
-                ),
+                name: flat_name,
                 want: "±20%".into(),
                 got: format!(
                     "{:+.0}% at most in ns per packet ({:+.0}% relative to the forwarder, the forwarder's own {:+.0}%)",
@@ -378,11 +414,13 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
                     100.0 * fwd_dev
                 ),
                 met: raw_dev.abs() <= 0.2,
-                detail: vals
-                    .iter()
-                    .map(|(n, r, v, f)| format!("{}: {} ({v:.0}/{f:.0} ns)", human(*n), fmt_ratio(*r)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                detail: format!(
+                    "{}; the kernel times a run in whole ns per packet",
+                    vals.iter()
+                        .map(|(n, r, v, f)| format!("{}: {} ({v:.0}/{f:.0} ns)", human(*n), fmt_ratio(*r)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             });
         }
     }
@@ -479,6 +517,32 @@ fn markdown(
             x.got,
             if x.met { "yes" } else { "**no**" },
             x.detail
+        );
+    }
+    // the stricter reading of target 3, not judged (see "Random flows against the memory
+    // floor"): stated here so that nobody reads the hot rows alone
+    let rnd: Vec<String> = cost
+        .iter()
+        .filter_map(|c| {
+            let n = &c["ns"];
+            let (v, f, fl) = (
+                n["est_out"]["random"].as_f64()?,
+                n["fwd"]["random"].as_f64()?,
+                n["fwd_mem"]["random"].as_f64()?,
+            );
+            Some(format!(
+                "{}: {v:.0} ns, {} the forwarder, {} the floor",
+                human(c["sessions"].as_u64().unwrap_or(0)),
+                fmt_ratio(v / f),
+                fmt_ratio(v / fl)
+            ))
+        })
+        .collect();
+    if !rnd.is_empty() {
+        let _ = writeln!(
+            m,
+            "\nNot judged, stricter than the targets: established outbound packets of uniformly random live flows (below, against the memory floor): {}.",
+            rnd.join("; ")
         );
     }
 
@@ -637,7 +701,7 @@ The setup floor is measured on new flows only: the XDP forwarder plus a read and
         }
         if cost.iter().any(|c| c["ns"]["fwd_mem"]["random"].is_number()) {
             let _ = writeln!(m, "\n### Random flows against the memory floor (ns, BPF_PROG_TEST_RUN): stricter than the targets\n");
-            let _ = writeln!(m, "The targets on established flows are judged as the issue measures them, in repeat mode: one packet over and over, every table line it needs in the cache. Here each packet is a uniformly random live flow instead, so at 1M and 10M sessions its state is a cache and TLB miss, which the stateless forwarder never takes: no design that keeps per-flow state in memory and sees one packet at a time comes within 1.5× of the forwarder here, or stays flat from 1k sessions (in cache) to 10M (in DRAM). The yardstick is the memory floor instead: the forwarder plus one read of the 64-byte line a hash of the flow selects in a table as large as natrix's session table, on 4 KiB pages as natrix's tables are, used in the frame (`nxb_fwd_mem`). natrix's FIB cache answers most packets instead of `bpf_fib_lookup` (R23), so natrix can sit below this floor; its figure with the cache off compares like with like. \"Floor, linear map\" is the same read with the table in 32 KiB arrays the kernel takes from its linear map (huge pages, `nxb_fwd_chunk`): the cache miss stays, most of the page walk goes. An inbound packet reads two lines one after the other (the outside port's word names the inside endpoint, whose session is then looked up), so its floor is about twice the miss.\n");
+            let _ = writeln!(m, "The targets on established flows are judged as the issue measures them, in repeat mode: one packet over and over, every table line it needs in the cache. Here each packet is a uniformly random live flow instead, so at 1M and 10M sessions its state is a cache and TLB miss, which the stateless forwarder never takes: no design that keeps per-flow state in memory and sees one packet at a time comes within 1.5× of the forwarder here, or stays flat from 1k sessions (in cache) to 10M (in DRAM). The yardstick is the memory floor instead: the forwarder plus one read of the 64-byte line a hash of the flow selects in a table as large as natrix's session table, on 4 KiB pages as natrix's tables are, used in the frame (`nxb_fwd_mem`). natrix's FIB cache answers most packets instead of `bpf_fib_lookup` (R23), so natrix can sit below this floor; its figure with the cache off compares like with like. \"Floor, linear map\" is the same read with the table in 32 KiB arrays the kernel takes from its linear map (huge pages, `nxb_fwd_chunk`): the cache miss stays, most of the page walk goes. An inbound packet reads at least two lines one after the other (the outside port's word names the inside endpoint, whose session is then looked up): it has no floor measured here.\n");
             let _ = writeln!(m, "| live sessions | forwarder | floor | floor / forwarder | natrix outbound | natrix / forwarder | natrix above the floor | natrix / floor | natrix, FIB cache off, above the floor | floor, linear map | natrix inbound |\n|---|---|---|---|---|---|---|---|---|---|---|");
             for c in cost {
                 let n = &c["ns"];
