@@ -12,8 +12,8 @@
 //! each connection from a new ephemeral port).
 //!
 //! Timing: every number is the median of `reps` test runs of `repeat` packets each, minus
-//! the harness' own cost in the same mode (nxb_nop behind it; in the hot cases the median
-//! over all instances, see pooled_hot_harness). "hot" sends one flow over and over
+//! the harness' own cost in the same mode (nxb_nop behind it; where the harness' work does
+//! not depend on the instance, the median over all instances, see pooled_harness). "hot" sends one flow over and over
 //! (everything in L1: BPF_PROG_TEST_RUN's repeat mode as the issue measures it); "random" picks a uniformly random live flow per packet, so
 //! table accesses miss the caches as they do under real load. The instances of all session
 //! counts are prepared first and timed in turn, case by case, in every repetition: the
@@ -377,23 +377,30 @@ impl Inst {
     }
 }
 
-/// The harness' own cost in the hot cases, the same for every instance: the median of all
-/// instances' runs of `nop_hot` and `nop_in_hot`. In a hot case the harness writes the same
-/// frame in every instance, so its work does not depend on the tables; its figure alone
-/// still moved by instance (R31 in docs/PERFORMANCE.md: 24 ns in one instance against 13
-/// in the others, while natrix's runs behind the same harness moved by 3 ns), and
-/// subtracting that would credit natrix with the harness' slowness. (In the random cases
-/// the harness reads a random target, whose cost does depend on the instance's tables: those
-/// subtract the instance's own figure.)
-fn pooled_hot_harness(insts: &[Inst]) -> (f64, f64) {
-    let pool =
-        |k: &str| median(insts.iter().flat_map(|i| i.samples.get(k).cloned().unwrap_or_default()).collect());
-    (pool("nop_hot"), pool("nop_in_hot"))
+/// Harness cases whose work does not depend on the instance: the harness writes frames it
+/// computes from the sequence number alone (one flow, or a hash of the sequence number),
+/// reading no table. `nop_in_rnd` is not among them: it reads a random inbound target from
+/// a table whose size follows the instance.
+const POOLED_HARNESS: [&str; 5] = ["nop_hot", "nop_in_hot", "nop_rnd", "nop_tcp_rnd", "nop_icmp_rnd"];
+
+/// The harness' own cost in the cases of POOLED_HARNESS, the same for every instance: the
+/// median of all instances' runs. Its figure alone still moved by instance (R31 in
+/// docs/PERFORMANCE.md: in one instance 24 ns against 13 in the others, hot and random
+/// alike, while natrix's runs behind the same harness moved by 3 ns), and subtracting
+/// that would credit natrix, or the forwarder, with the harness' slowness.
+fn pooled_harness(insts: &[Inst]) -> BTreeMap<&'static str, f64> {
+    POOLED_HARNESS
+        .iter()
+        .map(|&k| {
+            let all = insts.iter().flat_map(|i| i.samples.get(k).cloned().unwrap_or_default()).collect();
+            (k, median(all))
+        })
+        .collect()
 }
 
-/// The new-flow cost, memory and sweep of a timed instance, and its record; `hot_harness`
-/// is what the hot cases subtract (pooled_hot_harness).
-fn finish(a: &CostArgs, inst: Inst, (nop_hot, nop_in_hot): (f64, f64)) -> Result<serde_json::Value> {
+/// The new-flow cost, memory and sweep of a timed instance, and its record; `pooled` is
+/// what the cases of POOLED_HARNESS subtract (pooled_harness).
+fn finish(a: &CostArgs, inst: Inst, pooled: &BTreeMap<&'static str, f64>) -> Result<serde_json::Value> {
     let Inst {
         plan,
         dp,
@@ -414,7 +421,9 @@ fn finish(a: &CostArgs, inst: Inst, (nop_hot, nop_in_hot): (f64, f64)) -> Result
     let t = &dp.tables;
     let inside_fd = dp.skel.progs.nx_xdp_inside.as_fd().as_raw_fd();
     let med = |k: &str| median(samples.get(k).cloned().unwrap_or_default());
-    let (nop_rnd, nop_in_rnd) = (med("nop_rnd"), med("nop_in_rnd"));
+    let nop = |k: &str| pooled.get(k).copied().unwrap_or_else(|| med(k));
+    let (nop_hot, nop_rnd, nop_in_hot, nop_in_rnd) =
+        (nop("nop_hot"), nop("nop_rnd"), nop("nop_in_hot"), nop("nop_in_rnd"));
     let fwd_hot = med("fwd_hot") - nop_hot;
     let fwd_rnd = med("fwd_rnd") - nop_rnd;
     let fwd_mem_hot = med("fwd_mem_hot") - nop_hot;
@@ -424,10 +433,10 @@ fn finish(a: &CostArgs, inst: Inst, (nop_hot, nop_in_hot): (f64, f64)) -> Result
     let out_rnd = med("out_rnd") - nop_rnd;
     let out_nofc_hot = med("out_nofc_hot") - nop_hot;
     let out_nofc_rnd = med("out_nofc_rnd") - nop_rnd;
-    let tcp_out_rnd = med("tcp_rnd") - med("nop_tcp_rnd");
+    let tcp_out_rnd = med("tcp_rnd") - nop("nop_tcp_rnd");
     let in_hot = med("in_hot") - nop_in_hot;
     let in_rnd = med("in_rnd") - nop_in_rnd;
-    let icmp_out_rnd = med("icmp_rnd") - med("nop_icmp_rnd");
+    let icmp_out_rnd = med("icmp_rnd") - nop("nop_icmp_rnd");
 
     // new flows: mapping, port, session, on top of (nearly) N live sessions; each rep
     // creates new/reps flows, the median rep counts
@@ -493,9 +502,10 @@ fn finish(a: &CostArgs, inst: Inst, (nop_hot, nop_in_hot): (f64, f64)) -> Result
         "reps": a.reps,
         // timed runs each case got (every instance gets one per repetition)
         "runs_per_case": samples.values().map(Vec::len).min().unwrap_or(0),
-        // hot: the median over every instance (pooled_hot_harness); own: this instance's
+        // all but in_random: the median over every instance (pooled_harness); own: this
+        // instance's
         "harness_ns": {"hot": nop_hot, "random": nop_rnd, "in_hot": nop_in_hot, "in_random": nop_in_rnd,
-                       "own_hot": med("nop_hot"), "own_in_hot": med("nop_in_hot")},
+                       "own_hot": med("nop_hot"), "own_in_hot": med("nop_in_hot"), "own_random": med("nop_rnd")},
         "ns": {
             "fwd": {"hot": fwd_hot, "random": fwd_rnd},
             "fwd_mem": {"hot": fwd_mem_hot, "random": fwd_mem_rnd, "lines": lines},
@@ -547,10 +557,10 @@ pub fn run(a: &CostArgs) -> Result<()> {
             i.time_cases(a.repeat).with_context(|| format!("cost with {} sessions", i.plan.sessions))?;
         }
     }
-    let hot_harness = pooled_hot_harness(&insts);
+    let pooled = pooled_harness(&insts);
     for i in insts {
         let n = i.plan.sessions;
-        emit(&finish(a, i, hot_harness).with_context(|| format!("cost with {n} sessions"))?)?;
+        emit(&finish(a, i, &pooled).with_context(|| format!("cost with {n} sessions"))?)?;
     }
     if a.alloc_max > 0 {
         let pts = alloc_curve(&a.inside, &a.outside, ALLOC_STEP, a.alloc_max).context("allocation curve")?;
