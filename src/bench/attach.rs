@@ -19,42 +19,21 @@ use crate::dataplane::ensure_bpffs;
 /// Name of the sink's counter map under its pin directory.
 pub const SINK_MAP: &str = "nxb_rx";
 
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-
 fn link_pin(dir: &Path, dev: &str) -> PathBuf {
     dir.join(format!("link_{dev}"))
 }
 
 /// bpf_link_create (native XDP) and pin; the pin keeps the program attached.
 fn attach_pinned(prog: BorrowedFd<'_>, dev: &str, dir: &Path) -> Result<()> {
-    let ifindex = sys::ifindex(dev)?;
-    let opts = libbpf_rs::libbpf_sys::bpf_link_create_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_link_create_opts>() as _,
-        flags: XDP_FLAGS_DRV_MODE,
-        ..Default::default()
-    };
-    // SAFETY: valid program fd and options struct.
-    let fd = unsafe {
-        libbpf_rs::libbpf_sys::bpf_link_create(
-            prog.as_raw_fd(),
-            ifindex as i32,
-            libbpf_rs::libbpf_sys::BPF_XDP,
-            &opts,
-        )
-    };
-    if fd < 0 {
-        bail!("attaching XDP to {dev}: {}", std::io::Error::from_raw_os_error(-fd));
-    }
+    let link = sys::xdp_link(prog.as_raw_fd(), dev, sys::XDP_FLAGS_DRV_MODE)?;
     let path = link_pin(dir, dev);
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
     // SAFETY: valid fd and path.
-    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd, c.as_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: we own fd; the pin keeps the link.
-    unsafe { libc::close(fd) };
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(link.as_raw_fd(), c.as_ptr()) };
     if rc != 0 {
-        bail!("pinning {}: {err}", path.display());
+        bail!("pinning {}: {}", path.display(), std::io::Error::last_os_error());
     }
+    // the pin keeps the link when `link` is closed
     Ok(())
 }
 

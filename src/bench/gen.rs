@@ -5,7 +5,7 @@
 //! optionally paced to a rate.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -59,30 +59,10 @@ impl Generator {
     /// then sleeps for most of a run, and what the sink counts is that sleep, not the work
     /// of the path (docs/PERFORMANCE.md, R31).
     pub fn park(&mut self, dev: &str) -> Result<()> {
-        const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-        let ifindex = sys::ifindex(dev)?;
-        let opts = libbpf_rs::libbpf_sys::bpf_link_create_opts {
-            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_link_create_opts>() as _,
-            flags: XDP_FLAGS_SKB_MODE,
-            ..Default::default()
-        };
-        // SAFETY: a valid program fd and options struct.
-        let fd = unsafe {
-            libbpf_rs::libbpf_sys::bpf_link_create(
-                self.skel.progs.nxb_gen.as_fd().as_raw_fd(),
-                ifindex as i32,
-                libbpf_rs::libbpf_sys::BPF_XDP,
-                &opts,
-            )
-        };
-        if fd < 0 {
-            anyhow::bail!(
-                "parking the generator on {dev} (XDP, generic mode): {}",
-                std::io::Error::from_raw_os_error(-fd)
-            );
-        }
-        // SAFETY: bpf_link_create returned a new descriptor that nothing else owns.
-        self._parked = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        let prog = self.skel.progs.nxb_gen.as_fd().as_raw_fd();
+        let link = sys::xdp_link(prog, dev, sys::XDP_FLAGS_SKB_MODE)
+            .with_context(|| format!("parking the generator on {dev} (generic mode)"))?;
+        self._parked = Some(link);
         Ok(())
     }
 
