@@ -40,12 +40,13 @@ struct {
 	__type(value, struct nxb_flow);
 } nxb_flows SEC(".maps");
 
-/* The port of the last inbound target read. The next target's index depends on its low
- * bit, so the harness' reads of nxb_flows happen one after the other whether a program
- * runs behind the harness or not. Without it, runs of nxb_nop alone overlapped their
- * random reads (nothing waited for them) and cost less than the same read costs ahead of
- * natrix, whose translation waits for it: the subtraction left most of a random read in
- * natrix's inbound figure (docs/PERFORMANCE.md, R31). */
+/* The port of the last inbound target read. In random order the next target's index
+ * depends on its low bit (a swap within a pair: still uniform), so the harness' reads of
+ * nxb_flows happen one after the other whether a program runs behind the harness or not.
+ * Without it, runs of nxb_nop alone overlapped their random reads (nothing waited for
+ * them) and cost less than the same read costs ahead of natrix, whose translation waits
+ * for it: the subtraction left most of a random read in natrix's inbound figure
+ * (docs/PERFORMANCE.md, R31). */
 __u32 nxb_chain;
 
 /* murmur3's 64-bit finaliser: consecutive sequence numbers land on unrelated flows, so
@@ -102,11 +103,15 @@ static __always_inline int nxb_write(struct xdp_md *ctx, __u64 seq)
 		return -1;
 	k = nxb_flow_of(c, seq);
 	if (c->dir == NXB_DIR_IN) {
-		__u32 idx = (__u32)k ^ (nxb_chain & 1);
+		__u32 idx = (__u32)k;
 		struct nxb_flow *f;
 
-		if (idx >= c->nflows)
-			idx = (__u32)k;
+		/* random order only: in turn, every flow must come once a round */
+		if (c->mode == NXB_MODE_RANDOM) {
+			idx ^= nxb_chain & 1;
+			if (idx >= c->nflows)
+				idx = (__u32)k;
+		}
 		f = bpf_map_lookup_elem(&nxb_flows, &idx);
 		if (!f)
 			return -1;

@@ -379,8 +379,9 @@ impl Inst {
 
 /// Harness cases whose work does not depend on the instance: the harness writes frames it
 /// computes from the sequence number alone (one flow, or a hash of the sequence number),
-/// reading no table. `nop_in_rnd` is not among them: it reads a random inbound target from
-/// a table whose size follows the instance.
+/// or, for `nop_in_hot`, from the one inbound target it reads again and again.
+/// `nop_in_rnd` is not among them: it reads a random inbound target from a table whose size
+/// follows the instance.
 const POOLED_HARNESS: [&str; 5] = ["nop_hot", "nop_in_hot", "nop_rnd", "nop_tcp_rnd", "nop_icmp_rnd"];
 
 /// The harness' own cost in the cases of POOLED_HARNESS, the same for every instance: the
@@ -505,7 +506,9 @@ fn finish(a: &CostArgs, inst: Inst, pooled: &BTreeMap<&'static str, f64>) -> Res
         // all but in_random: the median over every instance (pooled_harness); own: this
         // instance's
         "harness_ns": {"hot": nop_hot, "random": nop_rnd, "in_hot": nop_in_hot, "in_random": nop_in_rnd,
-                       "own_hot": med("nop_hot"), "own_in_hot": med("nop_in_hot"), "own_random": med("nop_rnd")},
+                       "tcp_random": nop("nop_tcp_rnd"), "icmp_random": nop("nop_icmp_rnd"),
+                       "own_hot": med("nop_hot"), "own_in_hot": med("nop_in_hot"), "own_random": med("nop_rnd"),
+                       "own_tcp_random": med("nop_tcp_rnd"), "own_icmp_random": med("nop_icmp_rnd")},
         "ns": {
             "fwd": {"hot": fwd_hot, "random": fwd_rnd},
             "fwd_mem": {"hot": fwd_mem_hot, "random": fwd_mem_rnd, "lines": lines},
