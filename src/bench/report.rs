@@ -147,6 +147,37 @@ fn find<'a>(e: &'a [E2e], gw: &str, case: &str, proto: &str, size: u64) -> Optio
     e.iter().find(|x| x.gateway == gw && x.case == case && x.proto == proto && x.size == size)
 }
 
+/// Whether the end-to-end model held in this run: a gateway's time per packet is derived
+/// from the sink's rate as `1/pps − 1/pps(direct)`, which is its CPU time only when the path
+/// is bound by the CPU it runs on. The XDP gateways' own program time (bpf_stats, round 1,
+/// which adds two clock reads per run) is a lower bound for it; a derived time well below
+/// it means the path waited for something else (R31: a generator sleeping in RCU grace
+/// periods), and the run's per-gateway-CPU figures are not valid. None when no XDP gateway
+/// was profiled.
+fn model_check(e: &[E2e]) -> Option<(bool, String)> {
+    let pts: Vec<(&str, f64, f64)> = [("natrix", "natrix"), ("xdpfwd", "the XDP forwarder")]
+        .iter()
+        .filter_map(|(gw, label)| {
+            let x = find(e, gw, "size", "udp", 64)?;
+            Some((*label, x.gateway_ns, x.prog_ns?))
+        })
+        .collect();
+    if pts.is_empty() {
+        return None;
+    }
+    // bpf_stats' clock reads make the program time an overestimate: a quarter of slack
+    let ok = pts.iter().all(|(_, g, p)| g.is_finite() && *g >= 0.75 * p);
+    let list = pts.iter().map(|(l, g, p)| format!("{l} {g:.0} vs {p:.0} ns")).collect::<Vec<_>>().join(", ");
+    Some((
+        ok,
+        if ok {
+            format!("Model check: the XDP gateways' time per packet derived from the sink's rate is at least their program's own (bpf_stats): {list}; the per-gateway-CPU figures hold.")
+        } else {
+            format!("**Model check failed**: an XDP gateway's time per packet derived from the sink's rate is below its program's own (bpf_stats): {list}. The path was not bound by its CPU (R31: a generator that sleeps), and this run's per-gateway-CPU figures are not valid; judge by the whole-path ratios.")
+        },
+    ))
+}
+
 fn fmt_ratio(x: f64) -> String {
     if x.is_finite() {
         format!("{x:.2}×")
@@ -545,6 +576,9 @@ fn markdown(
             rnd.join("; ")
         );
     }
+    if let Some((_, text)) = model_check(e) {
+        let _ = writeln!(m, "\n{text}");
+    }
 
     let _ = writeln!(m, "\n### End to end: throughput vs packet size (1 flow, UDP)\n");
     let _ = writeln!(m, "Mpps at the sink with generator, gateway and sink on one CPU; in brackets the gateway's own time per packet (ns), derived from the no-gateway run of the same size.\n");
@@ -824,6 +858,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
         "cost": cost,
         "alloc": alloc,
         "targets": t,
+        "model_check": model_check(&e).map(|(ok, text)| json!({"ok": ok, "text": text})),
     });
     std::fs::write(&a.out, serde_json::to_string_pretty(&out)?)
         .with_context(|| format!("writing {}", a.out.display()))?;
@@ -836,6 +871,9 @@ pub fn run(a: &ReportArgs) -> Result<()> {
             x.got,
             x.detail
         );
+    }
+    if let Some((ok, text)) = model_check(&e) {
+        println!("{} {text}", if ok { "CHECK " } else { "FAILED" });
     }
     if let Some(doc) = &a.docs {
         let md = markdown(&machine, &e, &cost, alloc.as_ref(), &t, rounds);
@@ -857,6 +895,31 @@ mod tests {
     fn rec(gw: &str, case: &str, round: u64, pps: f64) -> Value {
         json!({"kind": "e2e", "gateway": gw, "case": case, "proto": "udp", "size": 64,
                "flows": 1, "round": round, "pps": pps})
+    }
+
+    #[test]
+    fn model_check_flags_a_gateway_faster_than_its_own_program() {
+        let prof = |gw: &str, pps: f64, prog: f64| {
+            let mut r = rec(gw, "size", 1, pps);
+            r["profile"] = json!({"link_nxbin": {"ns_per_run": prog, "runs": 1000}});
+            r
+        };
+        // direct 50 ns; natrix 110 (60 of gateway time), forwarder 115 (65)
+        let good = vec![
+            rec("direct", "size", 1, 2e7),
+            prof("natrix", 1e9 / 110.0, 55.0),
+            prof("xdpfwd", 1e9 / 115.0, 68.0),
+        ];
+        let (ok, text) = model_check(&reduce_e2e(&good)).expect("profiled");
+        assert!(ok, "{text}");
+        // R31's machine before the fix: direct 370 ns, the forwarder 382 (12 of gateway
+        // time) against 65 ns of its own program
+        let bad = vec![rec("direct", "size", 1, 1e9 / 370.0), prof("xdpfwd", 1e9 / 382.0, 65.0)];
+        let (ok, text) = model_check(&reduce_e2e(&bad)).expect("profiled");
+        assert!(!ok && text.contains("not valid"), "{text}");
+        // nothing profiled: no verdict
+        assert!(model_check(&reduce_e2e(&[rec("direct", "size", 1, 2e7), rec("natrix", "size", 1, 1e7)]))
+            .is_none());
     }
 
     #[test]
