@@ -147,10 +147,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 dmac: sys::parse_mac(&g.dst_mac)?,
                 smac: sys::mac_of(&g.dev)?,
             };
-            let mut gen = Generator::new(&g.dev, &spec)?;
-            if let Some(dev) = &g.park_dev {
-                gen.park(dev)?;
-            }
+            let mut gen = Generator::new(&g.dev, &spec, g.park_dev.as_deref())?;
             let duration = match (g.count, g.duration) {
                 (None, None) => Some(1.0),
                 (_, d) => d,

@@ -13,9 +13,10 @@
 //!
 //! Timing: every number is the median of `reps` test runs of `repeat` packets each, minus
 //! the harness' own cost in the same mode (nxb_nop behind it; where the harness' work does
-//! not depend on the instance, the median over all instances, see pooled_harness). "hot" sends one flow over and over
-//! (everything in L1: BPF_PROG_TEST_RUN's repeat mode as the issue measures it); "random" picks a uniformly random live flow per packet, so
-//! table accesses miss the caches as they do under real load. The instances of all session
+//! not depend on the instance, the median over all instances, see pooled_harness). "hot"
+//! sends one flow over and over (everything in L1: BPF_PROG_TEST_RUN's repeat mode, as the
+//! issue measures it); "random" picks a uniformly random live flow per packet, so table
+//! accesses miss the caches as they do under real load. The instances of all session
 //! counts are prepared first and timed in turn, case by case, in every repetition: the
 //! sizes are compared within the same minutes, not across this machine's drift.
 

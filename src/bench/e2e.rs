@@ -183,10 +183,7 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
     };
     spec.validate()?;
     let sink = open_sink(&a.sink_pin)?;
-    let mut g = Generator::new(&a.dev, &spec)?;
-    if let Some(dev) = &a.park_dev {
-        g.park(dev)?;
-    }
+    let mut g = Generator::new(&a.dev, &spec, a.park_dev.as_deref())?;
     if let Some(pin) = &a.natrix_pin {
         provision_natrix(&mut g, &spec, pin, &sink).context("provisioning subscribers")?;
     }

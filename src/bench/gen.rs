@@ -37,8 +37,9 @@ pub struct GenReport {
 const CHUNK: u32 = 1 << 16;
 
 impl Generator {
-    /// Loads the generator for interface `dev` (in the current network namespace).
-    pub fn new(dev: &str, spec: &FlowSpec) -> Result<Self> {
+    /// Loads the generator for interface `dev` (in the current network namespace), parked
+    /// on `park` when given (see `park`).
+    pub fn new(dev: &str, spec: &FlowSpec, park: Option<&str>) -> Result<Self> {
         let ifindex = sys::ifindex(dev)?;
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
@@ -46,6 +47,9 @@ impl Generator {
         let skel = open.load().context("loading the generator (verifier)")?;
         let mut g = Generator { skel, ifindex, frame: Vec::new(), _parked: None };
         g.set(spec)?;
+        if let Some(p) = park {
+            g.park(p)?;
+        }
         Ok(g)
     }
 
@@ -58,7 +62,7 @@ impl Generator {
     /// `bpf_dispatcher_change_prog`): on a machine with slow grace periods the generator
     /// then sleeps for most of a run, and what the sink counts is that sleep, not the work
     /// of the path (docs/PERFORMANCE.md, R31).
-    pub fn park(&mut self, dev: &str) -> Result<()> {
+    fn park(&mut self, dev: &str) -> Result<()> {
         let prog = self.skel.progs.nxb_gen.as_fd().as_raw_fd();
         let link = sys::xdp_link(prog, dev, sys::XDP_FLAGS_SKB_MODE)
             .with_context(|| format!("parking the generator on {dev} (generic mode)"))?;

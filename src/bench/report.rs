@@ -357,10 +357,9 @@ fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
     // forwarder does not take.
     let costs: Vec<(u64, &Value)> =
         cost.iter().map(|c| (c["plan"]["sessions"].as_u64().unwrap_or(0), &c["ns"])).collect();
-    for (who, dir) in [("est_out", "outbound"), ("est_in", "inbound")] {
-        if costs.is_empty() {
-            break;
-        }
+    let dirs: &[(&str, &str)] =
+        if costs.is_empty() { &[] } else { &[("est_out", "outbound"), ("est_in", "inbound")] };
+    for &(who, dir) in dirs {
         let at = |ns: &Value, k: &str| ns[k]["hot"].as_f64().unwrap_or(f64::NAN);
         let vals: Vec<CostPoint> = costs
             .iter()
@@ -505,6 +504,7 @@ fn markdown(
     cost: &[Value],
     alloc: Option<&Value>,
     t: &[Target],
+    check: Option<&(bool, String)>,
     rounds: usize,
 ) -> String {
     let mut m = String::new();
@@ -576,7 +576,7 @@ fn markdown(
             rnd.join("; ")
         );
     }
-    if let Some((_, text)) = model_check(e) {
+    if let Some((_, text)) = check {
         let _ = writeln!(m, "\n{text}");
     }
 
@@ -851,6 +851,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
     let alloc = recs.iter().rev().find(|r| r["kind"] == "alloc").cloned();
     let rounds = recs.iter().filter_map(|r| r["round"].as_u64()).max().unwrap_or(0) as usize;
     let machine = super::sys::machine();
+    let check = model_check(&e);
     let out = json!({
         "machine": machine,
         "rounds": rounds,
@@ -858,7 +859,7 @@ pub fn run(a: &ReportArgs) -> Result<()> {
         "cost": cost,
         "alloc": alloc,
         "targets": t,
-        "model_check": model_check(&e).map(|(ok, text)| json!({"ok": ok, "text": text})),
+        "model_check": check.as_ref().map(|(ok, text)| json!({"ok": ok, "text": text})),
     });
     std::fs::write(&a.out, serde_json::to_string_pretty(&out)?)
         .with_context(|| format!("writing {}", a.out.display()))?;
@@ -872,11 +873,11 @@ pub fn run(a: &ReportArgs) -> Result<()> {
             x.detail
         );
     }
-    if let Some((ok, text)) = model_check(&e) {
-        println!("{} {text}", if ok { "CHECK " } else { "FAILED" });
+    if let Some((ok, text)) = &check {
+        println!("{} {text}", if *ok { "CHECK " } else { "FAILED" });
     }
     if let Some(doc) = &a.docs {
-        let md = markdown(&machine, &e, &cost, alloc.as_ref(), &t, rounds);
+        let md = markdown(&machine, &e, &cost, alloc.as_ref(), &t, check.as_ref(), rounds);
         let old = std::fs::read_to_string(doc).with_context(|| format!("reading {}", doc.display()))?;
         let (Some(b), Some(en)) = (old.find(BEGIN), old.find(END)) else {
             bail!("{}: markers {BEGIN:?} / {END:?} not found", doc.display());
