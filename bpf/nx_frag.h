@@ -55,8 +55,10 @@ static __always_inline int nx_frag_out(struct nx_pkt *p)
 	return -1;
 }
 
-/* A later fragment coming in: translated if its first was, else held for the daemon.
- * Returns -1 when translated, XDP_DROP when held (counted), or a drop reason. */
+/* A later fragment coming in: translated if its first was, else held for the daemon, whole
+ * (a jumbo link's fragment too, up to NX_FRAG_HOLD_MAX bytes; never cut). Returns -1 when
+ * translated, NX_STAT_FRAG_HELD when held (the frame's copy is the daemon's), or a drop
+ * reason. */
 static __always_inline int nx_frag_in(struct xdp_md *ctx, struct nx_pkt *p, __u32 now)
 {
 	struct nx_frag_key k;
@@ -73,12 +75,17 @@ static __always_inline int nx_frag_in(struct xdp_md *ctx, struct nx_pkt *p, __u3
 		nx_count(NX_STAT_FRAG_IN);
 		return -1;
 	}
-	h = bpf_ringbuf_reserve(&nx_frag_rb, sizeof(*h), 0);
-	if (!h)
-		return NX_DROP_FRAG_NO_STATE;
 	len = bpf_ntohs(p->ip->tot_len);
 	if (len > NX_FRAG_HOLD_MAX)
-		len = NX_FRAG_HOLD_MAX;
+		return NX_DROP_FRAG_TOO_BIG;
+	/* a record of the size it needs: a fragment of a 1500-byte link takes 1.5 KiB of the
+	 * ring, a jumbo one up to 9 KiB (the size must be a constant) */
+	if (len <= NX_FRAG_HOLD_SMALL)
+		h = bpf_ringbuf_reserve(&nx_frag_rb, NX_FRAG_REC_SMALL, 0);
+	else
+		h = bpf_ringbuf_reserve(&nx_frag_rb, sizeof(*h), 0);
+	if (!h)
+		return NX_DROP_FRAG_NO_STATE;
 	h->key = k;
 	h->len = len;
 	if (len < 20 || bpf_xdp_load_bytes(ctx, sizeof(struct ethhdr), h->data, len)) {
@@ -86,8 +93,7 @@ static __always_inline int nx_frag_in(struct xdp_md *ctx, struct nx_pkt *p, __u3
 		return NX_DROP_FRAG_NO_STATE;
 	}
 	bpf_ringbuf_submit(h, 0);
-	nx_count(NX_STAT_FRAG_HELD);
-	return XDP_DROP;
+	return NX_STAT_FRAG_HELD;
 }
 
 #endif /* NX_FRAG_H */

@@ -130,12 +130,38 @@ static __always_inline __u32 nx_iface_role(__u32 ifindex)
 	struct nx_iface *i;
 
 	if (ifindex < NX_IFROLE_DIRECT) {
-		__u32 *r = bpf_map_lookup_elem(&nx_ifrole, &ifindex);
+		struct nx_iface *r = bpf_map_lookup_elem(&nx_ifrole, &ifindex);
 
-		return r ? *r : NX_ROLE_NONE;
+		return r ? r->role : NX_ROLE_NONE;
 	}
 	i = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 	return i ? i->role : NX_ROLE_NONE;
+}
+
+/* Whether the frame at ctx is for natrix: broadcast, multicast, or unicast to a MAC of the
+ * receiving interface (its own or a virtual one, nx_iface.macs). A unicast frame for
+ * another host (a switch flooding an unknown destination, promiscuous mode) is not: the
+ * kernel ignores it, natrix must neither translate nor forward it. An interface without a
+ * MAC (nmacs 0) takes everything; a frame too short for Ethernet is the parser's. */
+static __always_inline int nx_for_us(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	__u32 ifindex = ctx->ingress_ifindex;
+	struct nx_iface *i;
+	__u64 d;
+	__u32 n;
+
+	if (data + ETH_HLEN > end || (*(__u8 *)data & 1))
+		return 1;
+	i = ifindex < NX_IFROLE_DIRECT ? bpf_map_lookup_elem(&nx_ifrole, &ifindex)
+				       : bpf_map_lookup_elem(&nx_ifaces, &ifindex);
+	if (!i || !i->nmacs)
+		return 1;
+	d = (__u64) * (__u32 *)data | (__u64) * (__u16 *)(data + 4) << 32;
+	n = i->nmacs;
+	nx_static_assert(NX_IF_MACS == 4, "nx_for_us compares four MACs");
+	return i->macs[0] == d || (n > 1 && i->macs[1] == d) || (n > 2 && i->macs[2] == d) ||
+	       (n > 3 && i->macs[3] == d);
 }
 
 /* Decrement TTL (the caller checked it is > 1), set the MACs the FIB gave, redirect. */
@@ -155,9 +181,11 @@ static __always_inline int nx_redirect(struct nx_pkt *p, struct bpf_fib_lookup *
 	nx_csum_replace2(&ip->check, old, new);
 	__builtin_memcpy(p->eth->h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(p->eth->h_source, fib->smac, ETH_ALEN);
-	nx_count(NX_STAT_REDIRECT);
 	/* An egress interface natrix is not attached to is not in nx_tx: the kernel forwards. */
-	return bpf_redirect_map(&nx_tx, fib->ifindex, XDP_PASS);
+	if (bpf_redirect_map(&nx_tx, fib->ifindex, XDP_PASS) == XDP_PASS)
+		return nx_pass(NX_STAT_PASS_FIB_OTHER);
+	nx_count(NX_STAT_REDIRECT);
+	return XDP_REDIRECT;
 }
 
 /* Finish a packet already translated: forward it ourselves when the FIB can, otherwise let

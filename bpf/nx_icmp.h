@@ -293,8 +293,8 @@ static __always_inline int nx_icmp_rate_ok(__u32 per_sec)
 
 /* Turn the packet at ctx into an ICMP error about it, sent back out of the interface it
  * came in on: quote as much of the original as fits in 576 bytes, source address src.
- * Returns XDP_REDIRECT, or -1 when nothing was sent (rate limit, no source address, no
- * room): the caller then drops. Global: verified once. */
+ * Returns the redirect's verdict (nx_icmp_sent), or -1 when nothing was built (rate
+ * limit, no source address, no room): the caller then drops. Global: verified once. */
 __noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u32 src)
 {
 	struct nx_config *cfg = nx_config();
@@ -367,10 +367,21 @@ __noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u3
 	if ((void *)(ic + 1) > end)
 		return -1;
 	ic->checksum = nx_csum_fold(sum);
-	nx_count(NX_STAT_ICMP_SENT);
 	/* Out where it came in. A redirect rather than XDP_TX: rare packets, and a veth only
-	 * flushes XDP_TX frames to a peer that runs XDP itself. */
-	return bpf_redirect_map(&nx_tx, ctx->ingress_ifindex, XDP_DROP);
+	 * flushes XDP_TX frames to a peer that runs XDP itself. XDP_ABORTED (flags 0) when
+	 * the interface is not in nx_tx: see nx_icmp_sent. */
+	return bpf_redirect_map(&nx_tx, ctx->ingress_ifindex, 0);
+}
+
+/* The verdict for an ICMP error nx_icmp_send built in place: counted as sent when the
+ * redirect was accepted, else dropped as redirect_failed. */
+static __always_inline int nx_icmp_sent(int rc)
+{
+	if (rc == XDP_REDIRECT) {
+		nx_count(NX_STAT_ICMP_SENT);
+		return XDP_REDIRECT;
+	}
+	return nx_drop(NX_DROP_REDIRECT_FAILED);
 }
 
 #define NX_ICMP_TC(type, code) (((type) << 8) | (code))

@@ -40,17 +40,39 @@ struct {
 	__type(value, struct nx_iface);
 } nx_ifaces SEC(".maps");
 
-/* ifindex -> role for ifindex < NX_IFROLE_DIRECT: the per-packet check without hashing
- * (nx_ifaces stays the reference, for any ifindex). Filled by the daemon before the links
- * switch to this program instance; not pinned. */
+/* ifindex -> role and MACs for ifindex < NX_IFROLE_DIRECT: the per-packet checks without
+ * hashing (nx_ifaces stays the reference, for any ifindex). Filled by the daemon before the
+ * links switch to this program instance; not pinned. */
 #define NX_IFROLE_DIRECT 1024
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, NX_IFROLE_DIRECT);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct nx_iface);
 } nx_ifrole SEC(".maps");
+
+/* Subscriber prefixes (nat.subscribers) when there are more than nx_config.subnets holds
+ * (NX_CF_SUBNET_TRIE). Filled by the daemon before the links switch; not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct nx_lpm_key);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} nx_subnets SEC(".maps");
+
+/* Deterministic mode: subscriber index (its address minus det_base) -> sessions it holds
+ * (limits.max_sessions_per_subscriber); dynamic mode keeps that count in its nx_sub entry.
+ * Sized det_count (1 in dynamic mode); changed atomically, by the packet path (up) and
+ * the reaper (down). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} nx_det_nsess SEC(".maps");
 
 /* Destination prefixes forwarded without translation (RFC 6888 REQ-6). */
 struct {

@@ -8,6 +8,7 @@
 #include "nx_frag.h"
 #include "nx_fwd.h"
 #include "nx_icmp.h"
+#include "nx_limits.h"
 #include "nx_parse.h"
 #include "nx_session.h"
 #include "nx_stats.h"
@@ -259,6 +260,9 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	 * mapping through it */
 	if (s && (s->flags & NX_SF_PERMIT))
 		return NX_DROP_MALFORMED_L4;
+	/* no session: only a subscriber's packet goes on to make state (nx_limits.h) */
+	if (!s && !nx_is_subscriber(sk.in_ip))
+		return NX_DROP_NOT_SUBSCRIBER;
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
@@ -359,24 +363,30 @@ static __always_inline int nx_icmp_is_query(struct nx_pkt *p)
 	return type == ICMP_ECHO || type == ICMP_ECHOREPLY;
 }
 
-/* The drop reasons that mean "no session could be created for you": the subscriber is
- * told with ICMP destination unreachable, administratively prohibited (RFC 5508 REQ-8,
- * RFC 6888 REQ-11), rate-limited; nothing existing is touched. */
-static __always_inline int nx_refuse(struct xdp_md *ctx, int reason)
+/* The drop reasons that mean "no mapping or session could be made for you": the
+ * subscriber is told with ICMP destination unreachable (RFC 6888 REQ-8: host unreachable,
+ * or RFC 5508 REQ-8: administratively prohibited, per nat.unreachable_code; RFC 6888
+ * REQ-11), rate-limited; nothing existing is touched. The packet is counted under its
+ * reason either way; the error it became, as sent (icmp_sent) or not (redirect_failed). */
+static __always_inline int nx_refuse(struct xdp_md *ctx, struct nx_config *cfg, int reason)
 {
 	struct nx_iface *ifc;
 	__u32 ifindex = ctx->ingress_ifindex;
+	int rc;
 
-	nx_count(reason);
 	if (reason != NX_DROP_QUOTA_EXCEEDED && reason != NX_DROP_POOL_EXHAUSTED &&
-	    reason != NX_DROP_RATE_LIMITED && reason != NX_DROP_TABLE_FULL)
-		return XDP_DROP;
+	    reason != NX_DROP_RATE_LIMITED && reason != NX_DROP_TABLE_FULL &&
+	    reason != NX_DROP_SESSION_QUOTA)
+		return nx_drop(reason);
 	ifc = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 	if (!ifc)
-		return XDP_DROP;
-	if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_PKT_FILTERED), 0, ifc->addr) < 0)
-		return XDP_DROP;
-	return XDP_REDIRECT;
+		return nx_drop(reason);
+	rc = nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, cfg->unreach_code & 0xff), 0,
+			  ifc->addr);
+	if (rc < 0)
+		return nx_drop(reason);
+	nx_count(reason);
+	return nx_icmp_sent(rc);
 }
 
 static __always_inline int nx_parse_verdict(int rc)
@@ -450,6 +460,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	__u32 now, dst;
 
 	nx_count(NX_STAT_RX_INSIDE);
+	if (!nx_for_us(ctx))
+		return nx_pass(NX_STAT_PASS_OTHER_HOST);
 	rc = nx_parse_l3(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_parse_verdict(rc);
@@ -467,6 +479,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		struct nx_lpm_key ek = {.prefixlen = 32, .addr = dst};
 
 		if (bpf_map_lookup_elem(&nx_excl, &ek)) {
+			if (!nx_is_subscriber(p.ip->saddr))
+				return nx_drop(NX_DROP_NOT_SUBSCRIBER);
 			nx_count(NX_STAT_PASS_EXCLUDED);
 			if (p.ip->ttl <= 1 || nx_fib(ctx, p.ip, fib) != BPF_FIB_LKUP_RET_SUCCESS)
 				return XDP_PASS;
@@ -507,6 +521,8 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 		return nx_drop(NX_DROP_FRAGMENT); /* hairpinned fragments: not supported */
 	if (p.frag == 2) {
 		/* a later fragment: no transport header, only the source to rewrite */
+		if (!nx_is_subscriber(p.ip->saddr))
+			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
 		rc = nx_frag_out(&p);
 		if (rc >= 0)
 			return nx_drop(rc);
@@ -518,13 +534,15 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
 		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
 			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+		if (!nx_is_subscriber(p.ip->saddr))
+			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
 		return nx_error_out(ctx, hairpin);
 	}
 
 	now = nx_now_tick(cfg);
 	rc = nx_xlate_out(cfg, &p, now);
 	if (rc >= 0)
-		return nx_refuse(ctx, rc);
+		return nx_refuse(ctx, cfg, rc);
 	if (hairpin) {
 		rc = nx_xlate_in(cfg, &p, pool_idx, now);
 		if (rc >= 0)
@@ -547,6 +565,8 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	int rc;
 
 	nx_count(NX_STAT_RX_OUTSIDE);
+	if (!nx_for_us(ctx))
+		return nx_pass(NX_STAT_PASS_OTHER_HOST);
 	rc = nx_parse_l3(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_parse_verdict(rc);
@@ -562,10 +582,8 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	fib = &scr->fib;
 	if (rc == NX_PARSE_FRAGMENT) {
 		rc = nx_frag_in(ctx, &p, nx_now_tick(cfg));
-		if (rc == XDP_DROP)
-			return XDP_DROP; /* held for the daemon, counted */
 		if (rc >= 0)
-			return nx_drop(rc);
+			return nx_drop(rc); /* a reason, or fragments_held: its copy is the daemon's */
 		return nx_finish(ctx, &p, fib);
 	}
 	rc = nx_parse_l4(&p);
@@ -593,11 +611,12 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	fib->ipv4_dst = in_ip;
 	rc = nx_fib_lookup(ctx, fib);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
+		rc = nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),
+				  fib->mtu_result, dst);
+		if (rc < 0)
+			return nx_drop(NX_DROP_MTU_EXCEEDED);
 		nx_count(NX_DROP_MTU_EXCEEDED);
-		if (nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),
-				 fib->mtu_result, dst) < 0)
-			return XDP_DROP;
-		return XDP_REDIRECT;
+		return nx_icmp_sent(rc);
 	}
 	nx_rewrite(&p, NX_DIR_IN, in_ip, in_port);
 	nx_count(NX_STAT_XLATE_IN);

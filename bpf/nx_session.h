@@ -13,6 +13,7 @@
 #include "nx_common.h"
 #include "nx_det.h"
 #include "nx_home.h"
+#include "nx_limits.h"
 #include "nx_maps.h"
 #include "nx_parse.h"
 #include "nx_stats.h"
@@ -123,6 +124,7 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 {
 	__u8 state = NX_TCP_NONE, flags;
 	__u64 k0 = nx_sess_k0(k), k1 = nx_sess_k1(k);
+	int counted;
 	__s64 r;
 
 	*reason = NX_DROP_FILTERED;
@@ -140,9 +142,20 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 		}
 	}
 	flags = dir == NX_DIR_IN ? NX_SF_INBOUND : 0;
+	/* the subscriber's share of the table (nx_limits.h), taken before the insert and
+	 * given back unless it made a new session */
+	counted = nx_sess_take(k->in_ip, m->nsess);
+	if (counted < 0) {
+		*reason = -counted;
+		return 0;
+	}
 	r = nx_sess_insert(k0 | (__u64)state << 40 | (__u64)flags << 48, k1,
 			   (__u64)m->out_ip | (__u64)(now + nx_timeout(cfg, k->proto, state)) << 32,
 			   m->out_port);
+	if (r < 0 || !(r & NX_TAB_NEW)) {
+		if (counted == NX_SESS_COUNTED)
+			nx_sess_put(k->in_ip);
+	}
 	if (r < 0) {
 		*reason = (int)-r;
 		return 0;
@@ -153,6 +166,8 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 		if (ref < 0) {
 			/* the reaper is deleting the mapping: this session must not outlive it */
 			nx_sess_delete((__u32)r, k0, k1);
+			if (counted == NX_SESS_COUNTED)
+				nx_sess_put(k->in_ip);
 			*reason = ref == -2 ? NX_DROP_QUOTA_EXCEEDED : NX_DROP_MAP_DYING;
 			return 0;
 		}

@@ -172,6 +172,7 @@ __noinline __s64 nx_sub_insert(__u32 sip, __u32 addr_idx, __u32 gid)
 	e->addr_idx = addr_idx;
 	e->flags = 0;
 	e->low_used = 0;
+	e->nsess = 0;
 	e->rate_tokens = cfg->max_new_per_sec;
 	e->rate_ts = bpf_ktime_get_coarse_ns();
 	for (__u32 j = 0; j < NX_NPROTO; j++)
@@ -189,7 +190,8 @@ out:
  * in one of its slots. */
 static __always_inline int nx_sub_holds(struct nx_sub *e, __u32 sip)
 {
-	if (*(volatile __u32 *)&e->low_used != 0)
+	/* a subscriber's session count lives here: kept while it has sessions */
+	if (*(volatile __u32 *)&e->low_used != 0 || *(volatile __u32 *)&e->nsess != 0)
 		return 1;
 	for (__u32 j = 0; j < NX_MAX_BLOCKS_PER_SUB; j++) {
 		__u32 v = *(volatile __u32 *)&e->blocks[j], gid;

@@ -51,6 +51,16 @@ enum nx_config_flags {
 	NX_CF_PORT_CLASS = 1 << 2,  /* RFC 4787 REQ-3: inside ports < 1024 get ports < 1024 */
 	NX_CF_EXCLUSIONS = 1 << 3,  /* [[exclude]] prefixes exist: look them up */
 	NX_CF_STATICS = 1 << 4,	    /* [[forward]]s exist: a home walk's miss asks the table */
+	NX_CF_SUBNET_TRIE = 1 << 5, /* more subscriber prefixes than nx_config.subnets holds:
+				     * the LPM trie nx_subnets answers */
+};
+
+/* Subscriber prefixes (nat.subscribers) held in nx_config, compared in a few instructions;
+ * a longer list goes to the LPM trie nx_subnets. */
+#define NX_SUBNETS 8
+struct nx_subnet {
+	__u32 net;  /* network order, host bits clear */
+	__u32 mask; /* network order */
 };
 
 /* nx_config.filtering (RFC 4787 section 5) */
@@ -131,8 +141,22 @@ struct nx_config {
 	/* Dynamic mode (nx_home.h): pairs of each parity a walk of a subscriber's home block
 	 * goes at most (nat.home_probe; the data plane caps it at block_size / 2). */
 	__u32 home_probe;
+	/* Per-subscriber state (RFC 6888 REQ-3/4): sessions a subscriber may hold at once,
+	 * all protocols, inbound- and outbound-created (limits.max_sessions_per_subscriber;
+	 * 0 = no limit). */
+	__u32 sess_per_sub;
+	/* The ICMP destination unreachable code natrix sends when no mapping can be made
+	 * (nat.unreachable_code): 1 host unreachable (RFC 6888 REQ-8), 13 administratively
+	 * prohibited (RFC 5508 REQ-8). */
+	__u32 unreach_code;
+	/* Dynamic mode: the prefixes whose sources natrix translates (nat.subscribers); a
+	 * source outside them makes no state and is dropped (not_subscriber). n_subnets
+	 * entries used; more than NX_SUBNETS: NX_CF_SUBNET_TRIE. */
+	__u32 n_subnets;
+	struct nx_subnet subnets[NX_SUBNETS];
+	__u32 pad2;
 };
-nx_static_assert(sizeof(struct nx_config) == 200, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 280, "nx_config layout");
 
 /* ---- The FIB cache (map nx_fibc: per CPU, direct-mapped; see nx_fwd.h) ---------------
  * An answer of bpf_fib_lookup (egress interface and MACs), kept for the key it depends on
@@ -244,7 +268,11 @@ struct nx_sub {
 	 * claim in cur_block tries first, drawn at random when the previous claim succeeded
 	 * (RFC 6056: unpredictable); 0 = none. A hint: checked against the block on use. */
 	__u32 next_port[NX_NPROTO];
-	__u32 pad[4];
+	/* sessions whose inside address is this subscriber's (permit records not counted),
+	 * all protocols: what limits.max_sessions_per_subscriber bounds. Up when a session is
+	 * created, down when the reaper deletes it; atomic. */
+	__u32 nsess;
+	__u32 pad[3];
 	/* lines 1-2: global block id + 1 of each block the subscriber holds; 0 = empty slot */
 	__u32 blocks[NX_MAX_BLOCKS_PER_SUB];
 };
@@ -369,11 +397,20 @@ enum nx_iface_role {
 	NX_ROLE_OUTSIDE = 2,
 };
 
+/* The unicast MACs a frame on an interface may be addressed to for natrix to take it: the
+ * interface's own and configured virtual ones (VRRP). A frame for another MAC (a switch
+ * flooding an unknown destination, promiscuous mode) is the kernel's to ignore. Each MAC is
+ * its 6 bytes in memory order in the low bytes of a u64 (nx_mac_word). */
+#define NX_IF_MACS 4
 struct nx_iface {
 	__u32 role; /* enum nx_iface_role */
 	__u32 addr; /* the interface's IPv4 address (network order): source of the ICMP
 		     * errors natrix sends to subscribers; 0 if it has none */
+	__u32 nmacs; /* entries of macs used; 0: the interface has no MAC (no check) */
+	__u32 pad;
+	__u64 macs[NX_IF_MACS];
 };
+nx_static_assert(sizeof(struct nx_iface) == 48, "nx_iface layout");
 
 /* ---- Exclusions (map nx_excl, LPM trie): destinations forwarded untranslated -------- */
 struct nx_lpm_key {
@@ -401,7 +438,12 @@ struct nx_frag {
 	__u32 expire; /* tick */
 };
 
-#define NX_FRAG_HOLD_MAX 1536
+/* The largest fragment natrix holds: a 9000-byte jumbo MTU with room to spare (a larger
+ * one is dropped, fragment_too_big, never cut). Records of fragments up to
+ * NX_FRAG_HOLD_SMALL bytes take only NX_FRAG_REC_SMALL bytes of the ring. */
+#define NX_FRAG_HOLD_MAX 9216
+#define NX_FRAG_HOLD_SMALL 1536
+#define NX_FRAG_REC_SMALL (16 + NX_FRAG_HOLD_SMALL)
 
 struct nx_frag_hold {
 	struct nx_frag_key key;
@@ -476,6 +518,7 @@ enum nx_stat {
 	NX_STAT_FRAG_HELD,	 /* arrived before their first fragment: handed to the daemon */
 	NX_STAT_FIB_LOOKUP,	 /* asked the kernel's FIB (not answered by the FIB cache) */
 	NX_STAT_HOME_BLOCK,	 /* a block taken was the subscriber's home block (nx_alloc.h) */
+	NX_STAT_PASS_OTHER_HOST, /* unicast frame for another MAC: the kernel ignores it */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */
@@ -500,7 +543,9 @@ enum nx_stat {
 	NX_DROP_MAP_DYING,  /* its mapping was being deleted that instant: the next packet makes a
 			       new one */
 	NX_DROP_TABLE_BUSY, /* another CPU held the table's insert lock too long */
-	NX_DROP_NOT_SUBSCRIBER, /* deterministic mode: source outside the subscriber prefix */
+	NX_DROP_NOT_SUBSCRIBER, /* source outside the subscriber prefixes */
+	NX_DROP_SESSION_QUOTA,	/* the subscriber holds limits.max_sessions_per_subscriber */
+	NX_DROP_FRAG_TOO_BIG,	/* early fragment larger than natrix can hold (NX_FRAG_HOLD_MAX) */
 	NX_DROP_INTERNAL,	/* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };

@@ -105,6 +105,10 @@ pub struct Interfaces {
     pub inside: Vec<String>,
     pub outside: Vec<String>,
     pub xdp_mode: XdpMode,
+    /// Unicast MACs besides each interface's own that frames for natrix may be addressed
+    /// to (a VRRP virtual MAC): `interfaces.virtual_macs`. A unicast frame for any other
+    /// MAC is left to the kernel, untouched.
+    pub virtual_macs: Vec<[u8; 6]>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,7 +163,36 @@ pub struct Nat {
     /// capped at half the block. Beyond it a new mapping goes to another block. 0: no
     /// home walk, every mapping in the mapping table.
     pub home_probe: u16,
+    /// Dynamic mode: the prefixes whose sources are translated (`nat.subscribers`); a
+    /// packet from any other source makes no state and is dropped (`not_subscriber`).
+    pub subscribers: Vec<Ipv4Net>,
+    /// The ICMP destination unreachable code sent when no mapping can be made
+    /// (`nat.unreachable_code`).
+    pub unreachable_code: UnreachableCode,
 }
+
+/// RFC 6888 REQ-8 asks a CGN for host unreachable (code 1) when it cannot make a mapping;
+/// RFC 5508 REQ-8 for administratively prohibited (code 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnreachableCode {
+    #[default]
+    HostUnreachable,
+    AdminProhibited,
+}
+
+impl UnreachableCode {
+    /// The ICMP code (type 3).
+    pub fn code(self) -> u8 {
+        match self {
+            UnreachableCode::HostUnreachable => 1,
+            UnreachableCode::AdminProhibited => 13,
+        }
+    }
+}
+
+/// Default of `nat.subscribers`: shared address space (RFC 6598) and private space
+/// (RFC 1918), where an ISP numbers the subscribers behind a CGN.
+pub const DEFAULT_SUBSCRIBERS: [&str; 4] = ["100.64.0.0/10", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
 
 /// Deterministic NAT (RFC 7422, bpf/nx_det.h): subscriber `i` of `subscribers`
 /// (the i-th address of the prefix) owns `ports` outside ports starting at
@@ -194,6 +227,8 @@ impl Default for Nat {
             icmp_errors_per_sec: 100,
             deterministic: None,
             home_probe: DEFAULT_HOME_PROBE as u16,
+            subscribers: DEFAULT_SUBSCRIBERS.iter().map(|p| p.parse().expect("default prefix")).collect(),
+            unreachable_code: UnreachableCode::default(),
         }
     }
 }
@@ -252,11 +287,26 @@ pub struct Limits {
     pub max_subscribers: u32,
     pub max_mappings: u32,
     pub max_sessions: u32,
+    /// Sessions (all protocols, inbound- and outbound-created) one subscriber may hold at
+    /// once (RFC 6888 REQ-3/4); 0 = no limit. See [`DEFAULT_SESSIONS_PER_SUBSCRIBER`].
+    pub max_sessions_per_subscriber: u32,
 }
+
+/// Default of `limits.max_sessions_per_subscriber`. A household's concurrent connections
+/// are counted in tens to a few hundred, a few thousand for heavy peer-to-peer use; 4096
+/// leaves that room while it takes 256 subscribers at their limit to fill the default
+/// session table (1M), and an attacker flooding one subscriber's mapping with new remote
+/// endpoints fills only that subscriber's share.
+pub const DEFAULT_SESSIONS_PER_SUBSCRIBER: u32 = 4096;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_subscribers: 65_536, max_mappings: 1_048_576, max_sessions: 1_048_576 }
+        Limits {
+            max_subscribers: 65_536,
+            max_mappings: 1_048_576,
+            max_sessions: 1_048_576,
+            max_sessions_per_subscriber: DEFAULT_SESSIONS_PER_SUBSCRIBER,
+        }
     }
 }
 
@@ -711,7 +761,7 @@ fn table_array<'a>(root: &'a Table, name: &'static str, max: usize) -> Result<Ve
 
 fn allowed_keys(section: &str) -> &'static [&'static str] {
     match section {
-        "interfaces" => &["inside", "outside", "xdp_mode"],
+        "interfaces" => &["inside", "outside", "xdp_mode", "virtual_macs"],
         "pool" => &["addresses", "ports"],
         "exclude" => &["prefix"],
         "forward" => &["proto", "outside", "inside"],
@@ -729,10 +779,12 @@ fn allowed_keys(section: &str) -> &'static [&'static str] {
             "deterministic_ports",
             "deterministic_probe",
             "home_probe",
+            "subscribers",
+            "unreachable_code",
         ],
         "fragments" => &["timeout", "max_tracked", "max_held"],
         "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
-        "limits" => &["max_subscribers", "max_mappings", "max_sessions"],
+        "limits" => &["max_subscribers", "max_mappings", "max_sessions", "max_sessions_per_subscriber"],
         "fib_cache" => &["entries", "max_age"],
         "daemon" => &["pin_path", "sweep_interval"],
         _ => &[],
@@ -747,7 +799,49 @@ fn parse_interfaces(sec: &Section) -> Result<Interfaces, ConfigError> {
         XdpMode::default(),
         &[("native", XdpMode::Native), ("generic", XdpMode::Generic)],
     )?;
-    Ok(Interfaces { inside, outside, xdp_mode })
+    let mut virtual_macs: Vec<[u8; 6]> = Vec::new();
+    if sec.get("virtual_macs").is_some() {
+        let entries = sec.str_array("virtual_macs")?;
+        if entries.len() > MAX_VIRTUAL_MACS {
+            return Err(key_err(
+                sec.key("virtual_macs"),
+                format!("at most {MAX_VIRTUAL_MACS} virtual MACs are supported, found {}", entries.len()),
+            ));
+        }
+        for (key, text) in entries {
+            let mac = parse_mac(text).map_err(|m| key_err(&key, m))?;
+            if virtual_macs.contains(&mac) {
+                return Err(key_err(key, format!("{text:?} is listed twice")));
+            }
+            virtual_macs.push(mac);
+        }
+    }
+    Ok(Interfaces { inside, outside, xdp_mode, virtual_macs })
+}
+
+/// An interface's own MAC takes one of the data plane's NX_IF_MACS (4) slots per
+/// interface; the rest are for virtual MACs.
+const MAX_VIRTUAL_MACS: usize = 3;
+
+/// `"00:00:5e:00:01:01"`: a unicast MAC (a multicast or all-zero one would never be the
+/// destination natrix checks).
+fn parse_mac(text: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let bad = || format!("{text:?} is not a MAC address such as \"00:00:5e:00:01:01\"");
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (m, p) in mac.iter_mut().zip(&parts) {
+        if p.len() != 2 {
+            return Err(bad());
+        }
+        *m = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    if mac[0] & 1 != 0 || mac == [0; 6] {
+        return Err(format!("{text:?} is a multicast or all-zero MAC; a virtual MAC is unicast"));
+    }
+    Ok(mac)
 }
 
 /// `other` is the list parsed before this one: an interface on both sides
@@ -1135,6 +1229,25 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
     }
     let icmp_errors_per_sec =
         sec.int("icmp_errors_per_sec", d.icmp_errors_per_sec.into(), 0, MAX_ICMP_ERRORS_PER_SEC)? as u32;
+    let unreachable_code = sec.choice(
+        "unreachable_code",
+        d.unreachable_code,
+        &[
+            ("host-unreachable", UnreachableCode::HostUnreachable),
+            ("admin-prohibited", UnreachableCode::AdminProhibited),
+        ],
+    )?;
+    let subscribers = if sec.get("subscribers").is_none() {
+        d.subscribers
+    } else {
+        if deterministic.is_some() {
+            return Err(key_err(
+                sec.key("subscribers"),
+                "has no effect with nat.mode = \"deterministic\", whose subscribers are nat.deterministic_subscribers; remove it",
+            ));
+        }
+        parse_subscribers(sec)?
+    };
 
     Ok(Nat {
         block_size,
@@ -1147,7 +1260,32 @@ fn parse_nat(sec: &Section, pool: &Pool) -> Result<Nat, ConfigError> {
         icmp_errors_per_sec,
         deterministic,
         home_probe,
+        subscribers,
+        unreachable_code,
     })
+}
+
+/// Most entries of `nat.subscribers` (the data plane's LPM trie nx_subnets holds 1024).
+const MAX_SUBSCRIBER_PREFIXES: usize = 1024;
+
+fn parse_subscribers(sec: &Section) -> Result<Vec<Ipv4Net>, ConfigError> {
+    let entries = sec.str_array("subscribers")?;
+    if entries.len() > MAX_SUBSCRIBER_PREFIXES {
+        return Err(key_err(
+            sec.key("subscribers"),
+            format!("at most {MAX_SUBSCRIBER_PREFIXES} prefixes are supported, found {}", entries.len()),
+        ));
+    }
+    let mut out: Vec<(String, Ipv4Net)> = Vec::with_capacity(entries.len());
+    for (key, text) in entries {
+        let (addr, len) = parse_prefix(text, 0).map_err(|m| key_err(&key, m))?;
+        let net = Ipv4Net::new(addr, len).expect("length checked");
+        if let Some((other, _)) = out.iter().find(|(_, n)| n.contains(&net) || net.contains(n)) {
+            return Err(key_err(key, format!("{text:?} overlaps {other}")));
+        }
+        out.push((key, net));
+    }
+    Ok(out.into_iter().map(|(_, n)| n).collect())
 }
 
 /// Pairs of each parity a home walk goes at most, by default (bpf/nx_home.h).
@@ -1281,6 +1419,12 @@ fn parse_limits(sec: &Section) -> Result<Limits, ConfigError> {
         max_subscribers: get("max_subscribers", d.max_subscribers)?,
         max_mappings: get("max_mappings", d.max_mappings)?,
         max_sessions: get("max_sessions", d.max_sessions)?,
+        max_sessions_per_subscriber: sec.int(
+            "max_sessions_per_subscriber",
+            d.max_sessions_per_subscriber.into(),
+            0,
+            MAX_LIMIT,
+        )? as u32,
     })
 }
 
@@ -1455,6 +1599,7 @@ sweep_interval = "1s"             # default; 100ms ..= 60s
                 inside: vec!["lan0".into()],
                 outside: vec!["wan0".into()],
                 xdp_mode: XdpMode::Native,
+                virtual_macs: vec![],
             },
             pool: Pool { addresses: addrs, port_lo: 1024, port_hi: 65535 },
             exclude: vec![],

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use crate::config::{Config, Filtering, XdpMode};
 use crate::skel::types::{
     nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_reap_args, nx_static_map,
+    nx_subnet,
 };
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
 use crate::tables::{
@@ -40,6 +41,51 @@ pub struct Iface {
     pub role: Role,
     /// The interface's first IPv4 address: the source of ICMP errors natrix sends out of it.
     pub addr: Option<Ipv4Addr>,
+    /// The unicast MACs natrix takes frames for on it: its own (when it has one) and
+    /// `interfaces.virtual_macs`. Empty: no MAC to check (an interface without one).
+    pub macs: Vec<[u8; 6]>,
+}
+
+/// The link-layer (Ethernet) address of every interface in this network namespace that has
+/// one, by name. Read through getifaddrs (AF_PACKET), which answers for the calling
+/// thread's network namespace, where /sys/class/net would show the one sysfs was mounted in.
+pub fn interface_macs() -> std::collections::HashMap<String, [u8; 6]> {
+    let mut out = std::collections::HashMap::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a linked list we free below; we only read it.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return out;
+    }
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+        if !ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_PACKET {
+            // SAFETY: AF_PACKET addresses are sockaddr_ll; ifa_name is NUL-terminated.
+            let sll = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_ll) };
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+            if sll.sll_halen == 6 {
+                let mut mac = [0u8; 6];
+                mac.copy_from_slice(&sll.sll_addr[..6]);
+                if mac != [0; 6] {
+                    out.insert(name, mac);
+                }
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: freeing what getifaddrs allocated.
+    unsafe { libc::freeifaddrs(ifap) };
+    out
+}
+
+/// A MAC as the data plane compares it (nx_iface.macs): its six bytes in memory order in
+/// the low bytes of a u64.
+pub fn mac_word(mac: [u8; 6]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..6].copy_from_slice(&mac);
+    u64::from_ne_bytes(b)
 }
 
 /// First IPv4 address of every interface in this network namespace, by name.
@@ -126,6 +172,8 @@ pub struct Sizes {
     /// FIB cache slots per CPU (at least 1: a map cannot be empty; the cache is off when
     /// fib_cache.entries is 0, see nx_config.fibc_max_age).
     pub fibc: u32,
+    /// Deterministic mode's per-subscriber session counts (1 in dynamic mode).
+    pub det_nsess: u32,
 }
 
 impl Sizes {
@@ -140,9 +188,12 @@ impl Sizes {
             maps: crate::tables::tab_slots(c.limits.max_mappings),
             sess: crate::tables::tab_slots(c.limits.max_sessions),
             frags: c.fragments.max_tracked,
-            // a power-of-two number of pages holding max_held records of ~1.5 KiB
-            frag_rb: ((c.fragments.max_held.max(1) as usize * 1600).next_power_of_two().max(4096)) as u32,
+            // a power-of-two number of pages holding max_held records of ~1.5 KiB, and room
+            // for 16 of a jumbo link's (bpf/nx_frag.h: a record is as large as it needs)
+            frag_rb: ((c.fragments.max_held.max(1) as usize * 1600 + 16 * 9300).next_power_of_two().max(4096))
+                as u32,
             fibc: c.fib_cache.entries.max(1),
+            det_nsess: c.nat.deterministic.as_ref().map_or(1, |d| d.count()).max(1),
         }
     }
 }
@@ -150,6 +201,7 @@ impl Sizes {
 /// Resolves interface names in the current network namespace. Errors name the config key.
 pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
     let addrs = interface_addresses();
+    let own_macs = interface_macs();
     let mut out = Vec::new();
     for (names, role, key) in [
         (&c.interfaces.inside, Role::Inside, "interfaces.inside"),
@@ -170,7 +222,18 @@ pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
                     reason: "no such interface in this network namespace".into(),
                 });
             }
-            out.push(Iface { name: name.clone(), ifindex, role, addr: addrs.get(name).copied() });
+            let mut macs: Vec<[u8; 6]> = own_macs.get(name).into_iter().copied().collect();
+            if !macs.is_empty() {
+                macs.extend(
+                    c.interfaces
+                        .virtual_macs
+                        .iter()
+                        .filter(|m| !macs.contains(m))
+                        .copied()
+                        .collect::<Vec<_>>(),
+                );
+            }
+            out.push(Iface { name: name.clone(), ifindex, role, addr: addrs.get(name).copied(), macs });
         }
     }
     Ok(out)
@@ -232,6 +295,16 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     if !c.forwards.is_empty() {
         flags |= 16; // NX_CF_STATICS
     }
+    // nat.subscribers (dynamic mode): a few compares in nx_config, or the trie nx_subnets
+    let subnets_cfg = if c.nat.deterministic.is_some() { &[][..] } else { &c.nat.subscribers[..] };
+    let mut subnets = [nx_subnet::default(); NX_SUBNETS];
+    if subnets_cfg.len() > NX_SUBNETS {
+        flags |= 32; // NX_CF_SUBNET_TRIE
+    } else {
+        for (slot, n) in subnets.iter_mut().zip(subnets_cfg) {
+            *slot = nx_subnet { net: ip_be(n.network()), mask: ip_be(n.netmask()) };
+        }
+    }
     nx_config {
         to_udp: ticks(c.timeouts.udp),
         to_tcp_est: ticks(c.timeouts.tcp_established),
@@ -278,8 +351,16 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         det_probe: c.nat.deterministic.map_or(0, |d| d.probe),
         layout: TABLE_LAYOUT,
         home_probe: c.nat.deterministic.map_or(u32::from(c.nat.home_probe), |_| 0),
+        sess_per_sub: c.limits.max_sessions_per_subscriber,
+        unreach_code: u32::from(c.nat.unreachable_code.code()),
+        n_subnets: subnets_cfg.len() as u32,
+        subnets,
+        pad2: 0,
     }
 }
+
+/// Subscriber prefixes nx_config holds (NX_SUBNETS in bpf/nx_types.h); more go to the trie.
+pub const NX_SUBNETS: usize = 8;
 
 /// fib_cache.max_age in jiffies of a kernel running at `hz`: rounded up, at least one (an
 /// answer is reused within the jiffy it was got in at the least); 0 when the cache is off.
@@ -385,7 +466,7 @@ impl Dataplane {
         let took_over = pin_dir.as_deref().is_some_and(is_pinned);
         {
             let m = &mut open.maps;
-            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 11] = [
+            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 12] = [
                 (&mut m.nx_frags, sizes.frags),
                 (&mut m.nx_frag_rb, sizes.frag_rb),
                 (&mut m.nx_pool, sizes.pool),
@@ -397,6 +478,7 @@ impl Dataplane {
                 (&mut m.nx_sess, sizes.sess),
                 (&mut m.nx_cfg, 1),
                 (&mut m.nx_fibc, sizes.fibc),
+                (&mut m.nx_det_nsess, sizes.det_nsess),
             ];
             for (map, n) in sized {
                 let name = map.name().to_string_lossy().into_owned();
@@ -566,6 +648,14 @@ impl Dataplane {
             let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
             m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
         }
+        // nat.subscribers beyond what nx_config holds (NX_CF_SUBNET_TRIE)
+        if cfg.nat.deterministic.is_none() && cfg.nat.subscribers.len() > NX_SUBNETS {
+            let m = &self.skel.maps.nx_subnets;
+            for net in &cfg.nat.subscribers {
+                let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
+                m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_subnets"))?;
+            }
+        }
         Ok(())
     }
 
@@ -665,14 +755,19 @@ impl Dataplane {
             ifaces.iter().map(|i| i.ifindex.to_ne_bytes()).collect();
         for i in ifaces {
             let k = i.ifindex.to_ne_bytes();
-            let v = nx_iface { role: i.role as u32, addr: i.addr.map(ip_be).unwrap_or(0) };
+            let mut v =
+                nx_iface { role: i.role as u32, addr: i.addr.map(ip_be).unwrap_or(0), ..Default::default() };
+            for (slot, m) in v.macs.iter_mut().zip(&i.macs) {
+                *slot = mac_word(*m);
+            }
+            v.nmacs = i.macs.len().min(v.macs.len()) as u32;
             t.ifaces.update(&k, bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
             if i.ifindex < 1024 {
                 // NX_IFROLE_DIRECT: this instance's own array, read per packet
                 self.skel
                     .maps
                     .nx_ifrole
-                    .update(&k, &(i.role as u32).to_ne_bytes(), MapFlags::ANY)
+                    .update(&k, bytes_of(&v), MapFlags::ANY)
                     .map_err(bpf("filling nx_ifrole"))?;
             }
             t.tx.update(&k, &k, MapFlags::ANY)

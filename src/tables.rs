@@ -15,7 +15,7 @@ use thiserror::Error;
 use crate::skel::types::{nx_config, nx_map, nx_map_key, nx_sess, nx_sess_key, nx_stat, nx_sub};
 
 /// Every pinned map, by the name it has in the BPF object and under the pin directory.
-pub const MAP_NAMES: [&str; 15] = [
+pub const MAP_NAMES: [&str; 16] = [
     "nx_cfg",
     "nx_pool",
     "nx_pool_idx",
@@ -31,6 +31,7 @@ pub const MAP_NAMES: [&str; 15] = [
     "nx_stats",
     "nx_frags",
     "nx_frag_rb",
+    "nx_det_nsess",
 ];
 
 /// Port word states (bits 63..62 of an `nx_ports` entry, see nx_types.h).
@@ -288,7 +289,8 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// a takeover across a change is then refused, in both directions, instead of reading
 /// the tables wrongly, and the CLI refuses to read them. 1: deterministic walks of two
 /// parts (the parity fallback). 2: dynamic mode's home-walk mappings (bpf/nx_home.h).
-pub const TABLE_LAYOUT: u32 = 2;
+/// 3: per-subscriber session counts (`nx_sub.nsess`, `nx_det_nsess`), interface MACs.
+pub const TABLE_LAYOUT: u32 = 3;
 
 pub fn read_pod<T: Copy + Default>(b: &[u8]) -> T {
     assert!(b.len() >= std::mem::size_of::<T>(), "short map value");
@@ -373,6 +375,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_STAT_FRAG_HELD, "fragments_held"),
     (nx_stat::NX_STAT_FIB_LOOKUP, "fib_lookups"),
     (nx_stat::NX_STAT_HOME_BLOCK, "home_blocks"),
+    (nx_stat::NX_STAT_PASS_OTHER_HOST, "pass_other_host"),
     (nx_stat::NX_DROP_MALFORMED_ETH, "malformed_eth"),
     (nx_stat::NX_DROP_MALFORMED_IP, "malformed_ip"),
     (nx_stat::NX_DROP_MALFORMED_L4, "malformed_l4"),
@@ -395,6 +398,8 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_DROP_MAP_DYING, "mapping_expiring"),
     (nx_stat::NX_DROP_TABLE_BUSY, "table_busy"),
     (nx_stat::NX_DROP_NOT_SUBSCRIBER, "not_subscriber"),
+    (nx_stat::NX_DROP_SESSION_QUOTA, "session_quota"),
+    (nx_stat::NX_DROP_FRAG_TOO_BIG, "fragment_too_big"),
     (nx_stat::NX_DROP_INTERNAL, "internal_error"),
 ];
 
@@ -421,6 +426,8 @@ pub struct Tables {
     pub sess: MapHandle,
     pub tab_cnt: MapHandle,
     pub stats: MapHandle,
+    /// Deterministic mode: sessions per subscriber index (dynamic mode: `nx_sub.nsess`).
+    pub det_nsess: MapHandle,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(libbpf_rs::Error) -> TableError {
@@ -448,6 +455,7 @@ impl Tables {
             sess: open("nx_sess")?,
             tab_cnt: open("nx_tab_cnt")?,
             stats: open("nx_stats")?,
+            det_nsess: open("nx_det_nsess")?,
         };
         // tables another natrix version wrote are not read as if this one had
         let layout = t.config()?.layout;
@@ -481,6 +489,7 @@ impl Tables {
             sess: h(&m.nx_sess, "nx_sess")?,
             tab_cnt: h(&m.nx_tab_cnt, "nx_tab_cnt")?,
             stats: h(&m.nx_stats, "nx_stats")?,
+            det_nsess: h(&m.nx_det_nsess, "nx_det_nsess")?,
         })
     }
 

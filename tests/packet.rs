@@ -268,7 +268,7 @@ fn expect_refused(env: &Env, p: &Pkt, reason: &str, what: &str) {
             "XDP_REDIRECT",
             "{what}: expected an ICMP administratively-prohibited error sent back to the subscriber"
         );
-        let exp = icmp_error_about(&f, GW_IN, 3, 13, 0, ip_ident(&out));
+        let exp = icmp_error_about(&f, GW_IN, 3, env.cfg.nat.unreachable_code.code(), 0, ip_ident(&out));
         assert_frame_eq(&out, &exp, &format!("{what}: ICMP 3/13 to the subscriber"));
         assert_csums(&out, what);
         env.assert_counters(&before, &[("rx_inside", 1), (reason, 1), ("icmp_sent", 1)], what);
@@ -1489,7 +1489,14 @@ fn full_session_table_drops_and_keeps_sessions() {
         assert_eq!(verdict_name(v), "XDP_REDIRECT", "third session: expected an ICMP 3/13 back");
         assert_frame_eq(
             &out,
-            &icmp_error_about(&third.build(), GW_IN, 3, 13, 0, ip_ident(&out)),
+            &icmp_error_about(
+                &third.build(),
+                GW_IN,
+                3,
+                env.cfg.nat.unreachable_code.code(),
+                0,
+                ip_ident(&out),
+            ),
             "third session",
         );
         env.assert_counters(
@@ -3258,7 +3265,14 @@ fn quota_icmp_is_rate_limited() {
             let (v, out) = env.inside(&f);
             match v {
                 XDP_REDIRECT => {
-                    let exp = icmp_error_about(&f, GW_IN, 3, 13, 0, ip_ident(&out));
+                    let exp = icmp_error_about(
+                        &f,
+                        GW_IN,
+                        3,
+                        env.cfg.nat.unreachable_code.code(),
+                        0,
+                        ip_ident(&out),
+                    );
                     assert_frame_eq(&out, &exp, &format!("refused packet {i}: ICMP 3/13"));
                     assert_csums(&out, "ICMP 3/13");
                 }
@@ -3295,7 +3309,7 @@ fn quota_icmp_is_rate_limited() {
         let out = env.expect_verdict(Side::Inside, &f, XDP_REDIRECT, "refused 0.6 s later");
         assert_frame_eq(
             &out,
-            &icmp_error_about(&f, GW_IN, 3, 13, 0, ip_ident(&out)),
+            &icmp_error_about(&f, GW_IN, 3, env.cfg.nat.unreachable_code.code(), 0, ip_ident(&out)),
             "ICMP 3/13 0.6 s later",
         );
     });

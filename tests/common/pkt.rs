@@ -133,9 +133,15 @@ pub fn mac_of(ip: Ipv4Addr) -> [u8; 6] {
     [0x02, 0x00, 0x00, 0x00, 0xff, 0xff]
 }
 
-/// MAC of the gateway interface on the side of `ip`.
+/// MAC of the gateway interface on the side of `ip`: in0 for subscriber space (RFC 6598
+/// and RFC 1918, where the tests number subscribers), out0 for everything else.
 pub fn gw_mac_towards(ip: Ipv4Addr) -> [u8; 6] {
-    if is_inside(ip) {
+    let o = ip.octets();
+    let subscriber_space = (o[0] == 100 && (64..128).contains(&o[1]))
+        || o[0] == 10
+        || (o[0] == 172 && (16..32).contains(&o[1]))
+        || (o[0] == 192 && o[1] == 168);
+    if subscriber_space {
         IN_MAC
     } else {
         OUT_MAC
