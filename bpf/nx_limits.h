@@ -66,8 +66,30 @@ static __always_inline __u32 *nx_sub_nsess(struct nx_config *cfg, __u32 ip)
 			return 0;
 		return bpf_map_lookup_elem(&nx_det_nsess, &i);
 	}
-	e = nx_sub_lookup(cfg, ip);
+	/* the probe inline (not the global nx_sub_find): the callers are global functions
+	 * called from deep in the packet path, whose combined stack must stay in 512 bytes */
+	e = nx_sub_at(nx_sub_find_(ip, 0));
 	return e ? &e->nsess : 0;
+}
+
+/* A packet with no session from inside address ip, about to look for (create: or make) a
+ * mapping: 0 when it may go on, else the drop reason: not_subscriber for a source outside
+ * the prefixes, session_quota when it would open a session its subscriber has no room for
+ * (checked here, before a mapping is made for nothing; nx_sess_take decides exactly).
+ * Global. */
+__noinline int nx_may_open(__u32 ip, int create)
+{
+	struct nx_config *cfg = nx_config();
+	__u32 *cnt;
+
+	if (!cfg)
+		return NX_DROP_INTERNAL;
+	if (!nx_is_subscriber_(cfg, ip))
+		return NX_DROP_NOT_SUBSCRIBER;
+	if (!create || !cfg->sess_per_sub)
+		return 0;
+	cnt = nx_sub_nsess(cfg, ip);
+	return cnt && *(volatile __u32 *)cnt >= cfg->sess_per_sub ? NX_DROP_SESSION_QUOTA : 0;
 }
 
 /* A session about to be inserted for inside address ip counts itself on its subscriber

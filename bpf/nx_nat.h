@@ -260,9 +260,14 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	 * mapping through it */
 	if (s && (s->flags & NX_SF_PERMIT))
 		return NX_DROP_MALFORMED_L4;
-	/* no session: only a subscriber's packet goes on to make state (nx_limits.h) */
-	if (!s && !nx_is_subscriber(sk.in_ip))
-		return NX_DROP_NOT_SUBSCRIBER;
+	/* no session: only a subscriber's packet goes on to make state, and only within its
+	 * share (nx_limits.h) */
+	if (!s) {
+		int r = nx_may_open(sk.in_ip, nx_may_create(p));
+
+		if (r)
+			return r;
+	}
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
@@ -367,13 +372,18 @@ static __always_inline int nx_icmp_is_query(struct nx_pkt *p)
  * subscriber is told with ICMP destination unreachable (RFC 6888 REQ-8: host unreachable,
  * or RFC 5508 REQ-8: administratively prohibited, per nat.unreachable_code; RFC 6888
  * REQ-11), rate-limited; nothing existing is touched. The packet is counted under its
- * reason either way; the error it became, as sent (icmp_sent) or not (redirect_failed). */
-static __always_inline int nx_refuse(struct xdp_md *ctx, struct nx_config *cfg, int reason)
+ * reason either way; the error it became, as sent (icmp_sent) or not (redirect_failed).
+ * Global: verified once, and off the packet path's stack. */
+__noinline int nx_refuse(struct xdp_md *ctx, int reason)
 {
+	struct nx_config *cfg = nx_config();
 	struct nx_iface *ifc;
-	__u32 ifindex = ctx->ingress_ifindex;
+	__u32 ifindex;
 	int rc;
 
+	if (!ctx || !cfg)
+		return nx_drop(NX_DROP_INTERNAL);
+	ifindex = ctx->ingress_ifindex;
 	if (reason != NX_DROP_QUOTA_EXCEEDED && reason != NX_DROP_POOL_EXHAUSTED &&
 	    reason != NX_DROP_RATE_LIMITED && reason != NX_DROP_TABLE_FULL &&
 	    reason != NX_DROP_SESSION_QUOTA)
@@ -542,7 +552,7 @@ static __always_inline int nx_path_inside(struct xdp_md *ctx)
 	now = nx_now_tick(cfg);
 	rc = nx_xlate_out(cfg, &p, now);
 	if (rc >= 0)
-		return nx_refuse(ctx, cfg, rc);
+		return nx_refuse(ctx, rc);
 	if (hairpin) {
 		rc = nx_xlate_in(cfg, &p, pool_idx, now);
 		if (rc >= 0)

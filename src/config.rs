@@ -1532,6 +1532,8 @@ mod tests {
                 icmp_errors_per_sec: 100,
                 deterministic: None,
                 home_probe: 64,
+                subscribers: DEFAULT_SUBSCRIBERS.iter().map(|p| p.parse().unwrap()).collect(),
+                unreachable_code: UnreachableCode::HostUnreachable,
             }
         );
         assert_eq!(
@@ -1546,7 +1548,12 @@ mod tests {
         );
         assert_eq!(
             c.limits,
-            Limits { max_subscribers: 65536, max_mappings: 1_048_576, max_sessions: 1_048_576 }
+            Limits {
+                max_subscribers: 65536,
+                max_mappings: 1_048_576,
+                max_sessions: 1_048_576,
+                max_sessions_per_subscriber: 4096
+            }
         );
         assert_eq!(c.daemon, Daemon { pin_path: "/sys/fs/bpf/natrix".into(), sweep_interval: secs(1) });
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
@@ -1665,13 +1672,23 @@ sweep_interval = "250ms"
                 icmp_errors_per_sec: 100,
                 deterministic: None,
                 home_probe: 64,
+                subscribers: DEFAULT_SUBSCRIBERS.iter().map(|p| p.parse().unwrap()).collect(),
+                unreachable_code: UnreachableCode::HostUnreachable,
             }
         );
         assert_eq!(c.timeouts.udp, secs(600));
         assert_eq!(c.timeouts.tcp_established, secs(86400));
         assert_eq!(c.timeouts.icmp, secs(90));
         assert_eq!(c.timeouts.port_hold_down, secs(180));
-        assert_eq!(c.limits, Limits { max_subscribers: 1, max_mappings: 100_000_000, max_sessions: 2 });
+        assert_eq!(
+            c.limits,
+            Limits {
+                max_subscribers: 1,
+                max_mappings: 100_000_000,
+                max_sessions: 2,
+                max_sessions_per_subscriber: 4096
+            }
+        );
         assert_eq!(c.daemon.pin_path, PathBuf::from("/run/natrix"));
         assert_eq!(c.daemon.sweep_interval, Duration::from_millis(250));
         assert_eq!(c.block_count_per_addr(), 10);
@@ -2939,5 +2956,85 @@ max_age = "50ms"                  # default; 1ms ..= 10s
         // the result carries no partially built config by construction.
         let doc = with("[nat]\nblock_size = 3\n[timeouts]\nudp = 0\n");
         key_error(&doc, "nat.block_size");
+    }
+
+    #[test]
+    fn subscriber_prefixes_default_parse_and_errors() {
+        let d = ok(&with(""));
+        let want: Vec<Ipv4Net> = DEFAULT_SUBSCRIBERS.iter().map(|p| p.parse().unwrap()).collect();
+        assert_eq!(d.nat.subscribers, want, "default: RFC 6598 and RFC 1918 space");
+        let c = ok(&with("[nat]\nsubscribers = [\"100.64.0.0/24\", \"192.0.2.7\"]\n"));
+        assert_eq!(
+            c.nat.subscribers,
+            vec!["100.64.0.0/24".parse::<Ipv4Net>().unwrap(), "192.0.2.7/32".parse().unwrap()]
+        );
+        assert_key_errors(
+            "nat.subscribers[1]",
+            |v| with(&format!("[nat]\nsubscribers = [\"100.64.0.0/10\", {v}]\n")),
+            &[
+                ("\"100.64.1.0/24\"", "overlaps nat.subscribers[0]"),
+                ("\"10.0.0.1/8\"", "host bits set"),
+                ("\"10.0.0.0/33\"", "out of range"),
+                ("\"ten\"", "not an IPv4 address"),
+                ("5", "expected a string"),
+            ],
+        );
+        key_error(&with("[nat]\nsubscribers = []\n"), "nat.subscribers");
+        let det = "[nat]\nmode = \"deterministic\"\ndeterministic_subscribers = \"100.64.0.0/24\"\nsubscribers = [\"100.64.0.0/24\"]\n";
+        let m = key_error(&with(det), "nat.subscribers");
+        assert!(m.contains("deterministic_subscribers"), "{m}");
+    }
+
+    #[test]
+    fn unreachable_code_choices() {
+        assert_eq!(ok(&with("")).nat.unreachable_code.code(), 1, "RFC 6888 REQ-8 by default");
+        let c = ok(&with("[nat]\nunreachable_code = \"admin-prohibited\"\n"));
+        assert_eq!(c.nat.unreachable_code.code(), 13);
+        let c = ok(&with("[nat]\nunreachable_code = \"host-unreachable\"\n"));
+        assert_eq!(c.nat.unreachable_code.code(), 1);
+        assert_key_errors(
+            "nat.unreachable_code",
+            |v| with(&format!("[nat]\nunreachable_code = {v}\n")),
+            &[("\"prohibited\"", "host-unreachable"), ("13", "expected a string")],
+        );
+    }
+
+    #[test]
+    fn sessions_per_subscriber_limit() {
+        assert_eq!(ok(&with("")).limits.max_sessions_per_subscriber, DEFAULT_SESSIONS_PER_SUBSCRIBER);
+        assert_eq!(
+            ok(&with("[limits]\nmax_sessions_per_subscriber = 0\n")).limits.max_sessions_per_subscriber,
+            0
+        );
+        assert_eq!(
+            ok(&with("[limits]\nmax_sessions_per_subscriber = 1000\n")).limits.max_sessions_per_subscriber,
+            1000
+        );
+        assert_key_errors(
+            "limits.max_sessions_per_subscriber",
+            |v| with(&format!("[limits]\nmax_sessions_per_subscriber = {v}\n")),
+            &[("-1", "between"), ("\"many\"", "expected an integer")],
+        );
+    }
+
+    #[test]
+    fn virtual_macs_parse_and_errors() {
+        assert!(ok(&with("")).interfaces.virtual_macs.is_empty());
+        let doc = |v: &str| {
+            format!("[interfaces]\ninside = [\"lan0\"]\noutside = [\"wan0\"]\nvirtual_macs = {v}\n{POOL}")
+        };
+        assert_eq!(ok(&doc("[\"00:00:5e:00:01:01\"]")).interfaces.virtual_macs, vec![[0, 0, 0x5e, 0, 1, 1]]);
+        assert_key_errors(
+            "interfaces.virtual_macs[0]",
+            doc,
+            &[
+                ("[\"00:00:5e:00:01\"]", "not a MAC address"),
+                ("[\"00:00:5e:00:01:zz\"]", "not a MAC address"),
+                ("[\"01:00:5e:00:00:01\"]", "multicast"),
+                ("[\"00:00:00:00:00:00\"]", "all-zero"),
+            ],
+        );
+        key_error(&doc("[\"00:00:5e:00:01:01\", \"00:00:5e:00:01:01\"]"), "interfaces.virtual_macs[1]");
+        key_error(&doc("[\"02:00:00:00:00:01\", \"02:00:00:00:00:02\", \"02:00:00:00:00:03\", \"02:00:00:00:00:04\"]"), "interfaces.virtual_macs");
     }
 }
