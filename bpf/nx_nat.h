@@ -593,7 +593,8 @@ static __always_inline int nx_path_outside(struct xdp_md *ctx)
 	if (rc == NX_PARSE_FRAGMENT) {
 		rc = nx_frag_in(ctx, &p, nx_now_tick(cfg));
 		if (rc >= 0)
-			return nx_drop(rc); /* a reason, or fragments_held: its copy is the daemon's */
+			return nx_drop(
+			    rc); /* a reason, or fragments_held: its copy is the daemon's */
 		return nx_finish(ctx, &p, fib);
 	}
 	rc = nx_parse_l4(&p);

@@ -103,7 +103,8 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 				continue;
 			a->deleted++;
 			if (permit)
-				continue; /* a filtering record holds no mapping, counts on nobody */
+				continue; /* a filtering record holds no mapping, counts on nobody
+					   */
 			nx_sess_put(k.in_ip);
 			mk.in_ip = k.in_ip;
 			mk.in_port = k.in_port;

@@ -403,9 +403,9 @@ enum nx_iface_role {
  * its 6 bytes in memory order in the low bytes of a u64 (nx_mac_word). */
 #define NX_IF_MACS 4
 struct nx_iface {
-	__u32 role; /* enum nx_iface_role */
-	__u32 addr; /* the interface's IPv4 address (network order): source of the ICMP
-		     * errors natrix sends to subscribers; 0 if it has none */
+	__u32 role;  /* enum nx_iface_role */
+	__u32 addr;  /* the interface's IPv4 address (network order): source of the ICMP
+		      * errors natrix sends to subscribers; 0 if it has none */
 	__u32 nmacs; /* entries of macs used; 0: the interface has no MAC (no check) */
 	__u32 pad;
 	__u64 macs[NX_IF_MACS];
