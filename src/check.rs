@@ -28,9 +28,9 @@
 //!   address, or whose entry's slots do not name it (slots naming blocks the subscriber no
 //!   longer owns are legal: the daemon releases empty blocks without touching the slots);
 //! - `block_count_mismatch`: a block word's USED+HELD count differing from its ports' words;
-//! - `held_past_hold_down`: a HELD word released more than hold-down + the daemon's margin
-//!   + 2 sweep intervals + 5 s ago, which no live walk needs (walk ranges keep such words
-//!   HELD legitimately, see `tables::det_word_needed`);
+//! - `held_past_hold_down`: a HELD word released longer ago than the hold-down plus the
+//!   daemon's margin, 2 sweep intervals and 5 s, which no live walk needs (walk ranges keep
+//!   such words HELD legitimately, see `tables::det_word_needed`);
 //! - `table_count_mismatch`: `nx_tab_cnt` against the live entries of nx_sess, nx_maps,
 //!   nx_subs.
 //!
