@@ -319,7 +319,7 @@ impl Sweeper {
 /// `first` whose words are mappings found by walks (a deterministic range, a home block),
 /// must stay HELD: some live mapping's walk passes it (`det_word_needed`). `start(ip,
 /// pidx, port)` is where an endpoint's walk starts in the range.
-fn range_word_needed(
+pub fn range_word_needed(
     words: &[std::sync::atomic::AtomicU64],
     idx: usize,
     first: u32,

@@ -24,6 +24,7 @@ pub mod bench_skel {
 }
 
 pub mod bench;
+pub mod check;
 pub mod clock;
 pub mod config;
 pub mod daemon;

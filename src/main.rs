@@ -44,6 +44,17 @@ enum Cmd {
         #[arg(long, default_value = DEFAULT_PIN)]
         pin: PathBuf,
     },
+    /// Check the live tables' invariants (read-only); exit 1 when any is broken.
+    CheckTables {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = DEFAULT_PIN)]
+        pin: PathBuf,
+        /// The daemon's sweep interval in seconds (daemon.sweep_interval): how late a
+        /// hold-down may end.
+        #[arg(long, default_value_t = 1)]
+        sweep_interval: u64,
+    },
     /// Show counters, drops by reason, and table occupancy.
     Stats {
         #[arg(long)]
@@ -102,6 +113,32 @@ fn main() -> ExitCode {
             Ok(())
         })(),
         Cmd::Bench(args) => natrix::bench::cli::run(*args),
+        Cmd::CheckTables { json, pin, sweep_interval } => {
+            let opts = natrix::check::Options {
+                sweep_interval: std::time::Duration::from_secs(sweep_interval),
+                ..Default::default()
+            };
+            let report =
+                match Tables::open_pinned(&pin).and_then(|t| natrix::check::check_tables_with(&t, &opts)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("natrix: {e:#}");
+                        return ExitCode::from(2);
+                    }
+                };
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("natrix: {e:#}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                print!("{}", report.text());
+            }
+            return ExitCode::from(if report.healthy() { 0 } else { 1 });
+        }
         Cmd::Stats { json, pin } => (|| {
             let s = show::stats(&Tables::open_pinned(&pin)?)?;
             if json {

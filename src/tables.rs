@@ -565,6 +565,32 @@ impl Tables {
         Ok(out)
     }
 
+    /// Calls `f` on every live session, streamed from the mmap (nothing collected: the
+    /// table may hold millions); returns the LIVE slots seen, including those skipped
+    /// because they changed while read.
+    pub fn for_each_session(&self, mut f: impl FnMut(&nx_sess)) -> Result<u64> {
+        let m = MmapWords::new(&self.sess, "nx_sess")?;
+        let mut live = 0;
+        for e in m.words().chunks_exact(4) {
+            let w0 = e[0].load(Ordering::Acquire);
+            if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE {
+                continue;
+            }
+            live += 1;
+            let words = [
+                w0,
+                e[1].load(Ordering::Acquire),
+                e[2].load(Ordering::Acquire),
+                e[3].load(Ordering::Acquire),
+            ];
+            if (e[0].load(Ordering::Acquire) ^ w0) & (SLOT_STATE_MASK | SLOT_GEN_MASK) != 0 {
+                continue;
+            }
+            f(&slot_value::<nx_sess>(words));
+        }
+        Ok(live)
+    }
+
     pub fn sessions(&self) -> Result<Vec<(nx_sess_key, nx_sess)>> {
         Ok(Self::slots::<nx_sess>(&self.sess, "nx_sess")?
             .into_iter()
@@ -1076,6 +1102,7 @@ pub fn port_index(addr_idx: u32, proto: u8, port: u16) -> u32 {
 pub struct MmapWords {
     ptr: *mut AtomicU64,
     len: usize,
+    len32: usize,
     bytes: usize,
 }
 
@@ -1088,10 +1115,10 @@ impl MmapWords {
         use std::os::fd::AsRawFd;
         let info = map.info().map_err(map_err(name))?;
         let (entries, vsize) = (info.info.max_entries as usize, info.info.value_size as usize);
-        if vsize == 0 || vsize % 8 != 0 {
+        if vsize == 0 || vsize % 4 != 0 {
             return Err(TableError::Layout {
                 map: name,
-                what: format!("value size {vsize}, want a multiple of 8"),
+                what: format!("value size {vsize}, want a multiple of 4"),
             });
         }
         let page = 4096usize;
@@ -1114,12 +1141,18 @@ impl MmapWords {
                 what: format!("mmap failed: {}", std::io::Error::last_os_error()),
             });
         }
-        Ok(MmapWords { ptr: ptr.cast(), len: entries * vsize / 8, bytes })
+        Ok(MmapWords { ptr: ptr.cast(), len: entries * vsize / 8, len32: entries * vsize / 4, bytes })
     }
 
     pub fn words(&self) -> &[AtomicU64] {
         // SAFETY: ptr maps len u64 words for the lifetime of self.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The same memory as u32 words (a map of u32 values, such as nx_det_nsess).
+    pub fn words32(&self) -> &[std::sync::atomic::AtomicU32] {
+        // SAFETY: ptr maps len32 u32 words (page-aligned) for the lifetime of self.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast(), self.len32) }
     }
 }
 

@@ -236,6 +236,12 @@ fn check_allocation(env: &Env, what: &str) {
     }
 }
 
+/// The table checker (src/check.rs) finds no broken invariant.
+fn assert_tables_ok(env: &Env, what: &str) {
+    let r = natrix::check::check_tables(&env.dp.tables).expect("expected the checker to read the tables");
+    assert!(r.healthy(), "{what}: expected no broken invariant, found:\n{}", r.text());
+}
+
 fn mono_secs() -> u64 {
     natrix::tables::now_ns() / 1_000_000_000
 }
@@ -1602,6 +1608,7 @@ fn tables_fill_to_their_size_and_empty_completely() {
             "every entry of full tables found again",
         );
         check_allocation(env, "full tables");
+        assert_tables_ok(env, "full tables");
         sleep(Duration::from_millis(2200));
         env.sweep();
         for (tab, what) in [(TAB_SESS, "sessions"), (TAB_MAPS, "mappings")] {
@@ -1618,6 +1625,7 @@ fn tables_fill_to_their_size_and_empty_completely() {
             assert!(env.cfg.pool.addresses.contains(&src_ip(&out)), "refill flow {i}: not translated");
         }
         assert_eq!(env.sessions().len(), 200, "slots reused after expiry");
+        assert_tables_ok(env, "emptied and refilled tables");
     });
 }
 
@@ -2402,6 +2410,7 @@ fn concurrent_allocation_for_one_subscriber() {
         let ports: HashSet<u16> = maps.iter().map(|(_, m)| u16::from_be(m.out_port)).collect();
         assert_eq!(ports.len(), 600, "expected 600 distinct outside ports");
         check_allocation(env, "after concurrent allocation");
+        assert_tables_ok(env, "after concurrent allocation");
         eprintln!(
             "concurrency: {retried} retried, alloc_retries {}, quota_exceeded {}",
             st[stat_idx("alloc_retries")],
