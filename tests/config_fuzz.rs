@@ -585,7 +585,10 @@ fn mutate_toml(r: &mut Rng, doc: &str) -> Option<String> {
                                 st.insert_str(at, &random_string(r));
                             }
                             1 => st = st.repeat(1 + r.below(200)),
-                            _ => st.push_str(*r.pick(INTERESTING_STRS)),
+                            _ => {
+                                let add: &&str = r.pick(INTERESTING_STRS);
+                                st.push_str(add)
+                            }
                         }
                         toml::Value::String(st)
                     }
