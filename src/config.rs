@@ -1532,6 +1532,8 @@ mod tests {
                 icmp_errors_per_sec: 100,
                 deterministic: None,
                 home_probe: 64,
+                subscribers: DEFAULT_SUBSCRIBERS.iter().map(|p| p.parse().unwrap()).collect(),
+                unreachable_code: UnreachableCode::HostUnreachable,
             }
         );
         assert_eq!(
@@ -1546,7 +1548,12 @@ mod tests {
         );
         assert_eq!(
             c.limits,
-            Limits { max_subscribers: 65536, max_mappings: 1_048_576, max_sessions: 1_048_576 }
+            Limits {
+                max_subscribers: 65536,
+                max_mappings: 1_048_576,
+                max_sessions: 1_048_576,
+                max_sessions_per_subscriber: 4096,
+            }
         );
         assert_eq!(c.daemon, Daemon { pin_path: "/sys/fs/bpf/natrix".into(), sweep_interval: secs(1) });
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
@@ -1665,13 +1672,23 @@ sweep_interval = "250ms"
                 icmp_errors_per_sec: 100,
                 deterministic: None,
                 home_probe: 64,
+                subscribers: DEFAULT_SUBSCRIBERS.iter().map(|p| p.parse().unwrap()).collect(),
+                unreachable_code: UnreachableCode::HostUnreachable,
             }
         );
         assert_eq!(c.timeouts.udp, secs(600));
         assert_eq!(c.timeouts.tcp_established, secs(86400));
         assert_eq!(c.timeouts.icmp, secs(90));
         assert_eq!(c.timeouts.port_hold_down, secs(180));
-        assert_eq!(c.limits, Limits { max_subscribers: 1, max_mappings: 100_000_000, max_sessions: 2 });
+        assert_eq!(
+            c.limits,
+            Limits {
+                max_subscribers: 1,
+                max_mappings: 100_000_000,
+                max_sessions: 2,
+                max_sessions_per_subscriber: 4096,
+            }
+        );
         assert_eq!(c.daemon.pin_path, PathBuf::from("/run/natrix"));
         assert_eq!(c.daemon.sweep_interval, Duration::from_millis(250));
         assert_eq!(c.block_count_per_addr(), 10);
