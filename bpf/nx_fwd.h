@@ -142,7 +142,8 @@ static __always_inline __u32 nx_iface_role(__u32 ifindex)
  * receiving interface (its own or a virtual one, nx_iface.macs). A unicast frame for
  * another host (a switch flooding an unknown destination, promiscuous mode) is not: the
  * kernel ignores it, natrix must neither translate nor forward it. An interface without a
- * MAC (nmacs 0) takes everything; a frame too short for Ethernet is the parser's. */
+ * MAC (nmacs 0) takes everything; a frame too short for Ethernet is the parser's. A frame for
+ * a virtual MAC gets the interface's own as its destination. */
 static __always_inline int nx_for_us(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -158,10 +159,19 @@ static __always_inline int nx_for_us(struct xdp_md *ctx)
 	if (!i || !i->nmacs)
 		return 1;
 	d = (__u64) * (__u32 *)data | (__u64) * (__u16 *)(data + 4) << 32;
+	if (i->macs[0] == d)
+		return 1;
 	n = i->nmacs;
 	nx_static_assert(NX_IF_MACS == 4, "nx_for_us compares four MACs");
-	return i->macs[0] == d || (n > 1 && i->macs[1] == d) || (n > 2 && i->macs[2] == d) ||
-	       (n > 3 && i->macs[3] == d);
+	if ((n > 1 && i->macs[1] == d) || (n > 2 && i->macs[2] == d) ||
+	    (n > 3 && i->macs[3] == d)) {
+		/* A virtual MAC is the interface's own from here on: a frame natrix passes to
+		 * the kernel (an unresolved next hop, ARP) must not be discarded there as
+		 * addressed to another host. */
+		__builtin_memcpy(data, &i->macs[0], ETH_ALEN);
+		return 1;
+	}
+	return 0;
 }
 
 /* Decrement TTL (the caller checked it is > 1), set the MACs the FIB gave, redirect. */

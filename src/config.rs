@@ -800,7 +800,9 @@ fn parse_interfaces(sec: &Section) -> Result<Interfaces, ConfigError> {
         &[("native", XdpMode::Native), ("generic", XdpMode::Generic)],
     )?;
     let mut virtual_macs: Vec<[u8; 6]> = Vec::new();
-    if sec.get("virtual_macs").is_some() {
+    // absent or [] (none, as documented); otherwise every entry a unicast MAC
+    let empty = matches!(sec.get("virtual_macs"), Some(Value::Array(a)) if a.is_empty());
+    if sec.get("virtual_macs").is_some() && !empty {
         let entries = sec.str_array("virtual_macs")?;
         if entries.len() > MAX_VIRTUAL_MACS {
             return Err(key_err(
@@ -3020,6 +3022,12 @@ max_age = "50ms"                  # default; 1ms ..= 10s
     #[test]
     fn virtual_macs_parse_and_errors() {
         assert!(ok(&with("")).interfaces.virtual_macs.is_empty());
+        assert!(ok(&format!(
+            "[interfaces]\ninside = [\"lan0\"]\noutside = [\"wan0\"]\nvirtual_macs = []\n{POOL}"
+        ))
+        .interfaces
+        .virtual_macs
+        .is_empty());
         let doc = |v: &str| {
             format!("[interfaces]\ninside = [\"lan0\"]\noutside = [\"wan0\"]\nvirtual_macs = {v}\n{POOL}")
         };

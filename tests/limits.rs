@@ -262,6 +262,14 @@ fn frames_for_another_host_are_left_alone() {
         v.dmac = vmac;
         let out = env.expect_verdict(Side::Inside, &v.build(), XDP_REDIRECT, "inside, the virtual MAC");
         assert!(env.cfg.pool.addresses.contains(&src_ip(&out)), "translated");
+        // to the virtual MAC with the next hop unresolved: translated and passed to the
+        // kernel addressed to in0's own MAC, or the kernel would drop it as another host's
+        // (and never resolve the next hop)
+        let mut u = Pkt::udp(sub(4), 5000, NO_NEIGH_REMOTE, 53);
+        u.dmac = vmac;
+        let out = env.expect_verdict(Side::Inside, &u.build(), XDP_PASS, "inside, virtual MAC, no neighbour");
+        assert_eq!(out[0..6], IN_MAC, "passed to the kernel with in0's own MAC as its destination");
+        assert!(env.cfg.pool.addresses.contains(&src_ip(&out)), "translated before the kernel forwards it");
         // broadcast, as before: translated
         let mut b = Pkt::udp(sub(3), 5000, SERVER, 53);
         b.dmac = [0xff; 6];

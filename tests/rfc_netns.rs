@@ -911,15 +911,16 @@ fn quota_icmp_reaches_subscriber() {
     assert_eq!(ports.len(), 4, "four flows, four outside ports: {outside:?}");
     let st0 = t.stats();
 
-    // the fifth: no port left, ICMP destination unreachable 13 comes back; Linux reports
-    // 3/13 (ICMP_PKT_FILTERED) as EHOSTUNREACH on a connected UDP socket
+    // the fifth: no port left, ICMP destination unreachable comes back (code 1, host
+    // unreachable, by default: nat.unreachable_code); Linux reports 3/1 as well as 3/13 as
+    // EHOSTUNREACH on a connected UDP socket
     flows[4].send(b"flow 4").unwrap();
     let mut buf = [0u8; 64];
     let err = match flows[4].recv(&mut buf) {
         Err(e) => e,
         Ok(n) => panic!("the fifth flow got a reply: {:?}", &buf[..n]),
     };
-    assert_eq!(err.raw_os_error(), Some(libc::EHOSTUNREACH), "expected EHOSTUNREACH (ICMP 3/13), got {err}");
+    assert_eq!(err.raw_os_error(), Some(libc::EHOSTUNREACH), "expected EHOSTUNREACH (ICMP 3/1), got {err}");
     assert!(udp_drain(&srv, Duration::from_millis(300)).is_empty(), "the fifth flow got through");
     let st1 = t.stats();
     assert!(st1.drop_count("quota_exceeded") > st0.drop_count("quota_exceeded"), "{:?}", st1.0);
