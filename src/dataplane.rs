@@ -24,7 +24,8 @@ use crate::skel::types::{
 };
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
 use crate::tables::{
-    bytes_of, read_pod, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, TICK_SHIFT,
+    bytes_of, read_pod, MmapWords, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC,
+    TICK_SHIFT,
 };
 
 /// Values of `enum nx_iface_role`.
@@ -721,8 +722,7 @@ impl Dataplane {
             self.ctl(&mut a)?;
             if let Some(addr_idx) = pool.iter().position(|a| ip_be(*a) == m.out_ip) {
                 let idx = crate::tables::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
-                let held = (PORT_HELD << PORT_STATE_SHIFT) | now_s as u64;
-                let _ = t.ports.update(&idx.to_ne_bytes(), &held.to_ne_bytes(), MapFlags::ANY);
+                self.hold_static_port(idx, addr_idx as u32, u16::from_be(m.out_port), now_s)?;
             }
             info!(inside = %format!("{}:{}", ip_from_be(k.in_ip), u16::from_be(k.in_port)), "static forward removed");
         }
@@ -733,6 +733,36 @@ impl Dataplane {
             );
         }
         Ok(pending)
+    }
+
+    /// A removed static forward's port goes on hold-down like any released port: STATIC →
+    /// HELD, and counted in its block (every HELD word is: the sweep counts the block down
+    /// when it frees the word, and a STATIC word was never counted), so the block is
+    /// neither handed out meanwhile nor counted below zero afterwards.
+    fn hold_static_port(&self, idx: u32, addr_idx: u32, port: u16, now_s: u32) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let t = &self.tables;
+        let cfg = t.config()?;
+        let ports = MmapWords::new(&t.ports, "nx_ports")?;
+        let blocks = MmapWords::new(&t.blocks, "nx_blocks")?;
+        let Some(w) = ports.words().get(idx as usize) else { return Ok(()) };
+        let v = w.load(Ordering::Acquire);
+        if v >> PORT_STATE_SHIFT != PORT_STATIC {
+            return Ok(());
+        }
+        let held = (PORT_HELD << PORT_STATE_SHIFT) | now_s as u64;
+        if let Some((gid, _)) = crate::tables::block_of(&cfg, addr_idx, u32::from(port)) {
+            if let Some(b) = blocks.words().get(gid as usize) {
+                // counted first: a sweep that frees the word right after finds it counted
+                b.fetch_add(1 << 32, Ordering::AcqRel);
+                if w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                    b.fetch_sub(1 << 32, Ordering::AcqRel);
+                }
+                return Ok(());
+            }
+        }
+        let _ = w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Runs one batch of the control program (nx_reap: expiry, static mappings): table

@@ -303,3 +303,39 @@ fn cli_on_pinned_tables() {
     let o = cli(std::path::Path::new("/sys/fs/bpf/natrix-check-nonexistent"));
     assert_eq!(o.status.code(), Some(2), "no tables: {}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// A static forward removed from the config: its port goes on hold-down like a released
+/// one (HELD, counted in its block), then is freed and the block counted back down to 0;
+/// the checker finds nothing wrong at either point (the block's count was once counted
+/// below zero: a STATIC word is not counted in its block, the sweep counted it down).
+#[test]
+fn a_removed_static_forward_is_held_then_freed_with_its_block_count() {
+    let c = Cfg::default()
+        .set("timeouts", "port_hold_down", "\"1s\"")
+        .raw("[[forward]]\nproto = \"udp\"\noutside = \"203.0.113.16:5353\"\ninside = \"100.64.0.2:53\"");
+    with_env(&c, |env| {
+        let gid = env.block_of(0, 5353);
+        assert_eq!(env.port_word(0, UDP, 5353) >> PORT_STATE_SHIFT, natrix::tables::PORT_STATIC);
+        let before = env.block_word(gid);
+        let mut without = env.cfg.clone();
+        without.forwards.clear();
+        env.dp.install_forwards(&without).expect("expected the forward removed");
+        let w = env.port_word(0, UDP, 5353);
+        assert_eq!(w >> PORT_STATE_SHIFT, PORT_HELD, "expected the forward's port HELD, word {w:#x}");
+        let held = env.block_word(gid);
+        assert_eq!(
+            (held >> 32) & 0x7fff_ffff,
+            ((before >> 32) & 0x7fff_ffff) + 1,
+            "the HELD word counted in its block"
+        );
+        let r = check_tables(&env.dp.tables).expect("check");
+        assert!(r.healthy(), "while held: {}", r.text());
+        sleep(Duration::from_millis(2300));
+        env.sweep();
+        assert_eq!(env.port_word(0, UDP, 5353), 0, "expected the port free after its hold-down");
+        let after = env.block_word(gid);
+        assert_eq!(after, before, "the block's word as before the forward was removed");
+        let r = check_tables(&env.dp.tables).expect("check");
+        assert!(r.healthy(), "after the hold-down: {}", r.text());
+    });
+}
