@@ -96,6 +96,21 @@ fn new_flows_work(ns: &str, server: &UdpSocket, n: usize) -> Vec<UdpSocket> {
 }
 
 /// The sessions whose inside address is `ip` (any protocol).
+/// `natrix check-tables` on the live pinned tables: exit 0, no problem in its JSON.
+fn assert_tables_healthy(t: &Topo, what: &str) {
+    let out = t.natrix(&["check-tables", "--json", "--pin", &t.pin_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what}: check-tables exited {}: {text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: check-tables --json: {e}: {text}"));
+    assert_eq!(v["problems"].as_array().map(Vec::len), Some(0), "{what}: {text}");
+}
+
 fn sessions_of(t: &Topo, ip: Ipv4Addr) -> Vec<Session> {
     let prefix = format!("{ip}:");
     t.sessions().into_iter().filter(|s| s.inside.starts_with(&prefix) || s.inside == ip.to_string()).collect()
@@ -603,6 +618,7 @@ fn flood_inbound_new_remote_endpoints_stops_at_the_subscriber_limit() {
     other.send_to(b"one more", a_out).unwrap();
     assert!(udp_drain(&a, Duration::from_millis(300)).is_empty(), "a 1001st session was admitted");
     assert!(t.stats().drop_count("session_quota") > before);
+    assert_tables_healthy(&t, "after the inbound flood");
     eprintln!("flood_inbound: {:?}", t0.elapsed());
 }
 
@@ -684,6 +700,7 @@ fn flood_outbound_from_one_port_stops_at_the_subscriber_limit() {
     assert_eq!(sessions_of(&t, SUB2_IP).len(), b_flows.len(), "B's sessions");
     // A's first flow still works both ways
     round_trip(&a, &srv, a_out, "A's first flow after the flood");
+    assert_tables_healthy(&t, "after the outbound flood");
     eprintln!("flood_outbound: {:?}", t0.elapsed());
 }
 
