@@ -294,8 +294,11 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     let stride = (all.len() as u64).div_ceil(MAX_INBOUND).max(1) as usize;
     let targets: Vec<(u32, u16)> = all.into_iter().step_by(stride).collect();
     h.set_inbound(&targets)?;
-    let in_hot = FlowSpec { dir: Dir::In, ..hot.clone() };
-    let in_rnd = FlowSpec { dir: Dir::In, flows: targets.len() as u64, ..rnd.clone() };
+    // inbound frames are addressed to the outside interface (natrix leaves a unicast frame
+    // for another MAC to the kernel)
+    let out_mac = sys::mac_of(&a.outside)?;
+    let in_hot = FlowSpec { dir: Dir::In, dmac: out_mac, ..hot.clone() };
+    let in_rnd = FlowSpec { dir: Dir::In, flows: targets.len() as u64, dmac: out_mac, ..rnd.clone() };
     // ICMP echo: the queries' mappings first
     h.target(inside_fd)?;
     h.run(&FlowSpec { proto: Proto::Icmp, ..base.clone() }, in_if, plan.icmp as u32)?;
