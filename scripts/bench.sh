@@ -142,6 +142,9 @@ natrix_conf() { # natrix_conf TABLE-SIZE GATEWAY
 		max_subscribers = 65536
 		max_mappings = $1
 		max_sessions = $1
+		# the new-flow runs open thousands of sessions per subscriber (the smoke run's 64
+		# subscribers above 10k each): no per-subscriber limit, its count is still kept
+		max_sessions_per_subscriber = 0
 		[daemon]
 		pin_path = "$PIN/$2"
 		sweep_interval = "60s"
