@@ -912,8 +912,23 @@ fn quota_icmp_reaches_subscriber() {
     let st0 = t.stats();
 
     // the fifth: no port left, ICMP destination unreachable comes back (code 1, host
-    // unreachable, by default: nat.unreachable_code); Linux reports 3/1 as well as 3/13 as
-    // EHOSTUNREACH on a connected UDP socket
+    // unreachable, by default: nat.unreachable_code). Linux counts 3/1 as a soft error: a
+    // connected UDP socket reports it (EHOSTUNREACH) only with IP_RECVERR (3/13 always)
+    {
+        use std::os::fd::AsRawFd;
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt on a socket we own, with a pointer to a c_int and its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                flows[4].as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_RECVERR,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "IP_RECVERR: {}", std::io::Error::last_os_error());
+    }
     flows[4].send(b"flow 4").unwrap();
     let mut buf = [0u8; 64];
     let err = match flows[4].recv(&mut buf) {
