@@ -244,7 +244,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     // natrix's own growth, before the floors' tables exist
     let mem_delta_kib = sys::mem_used_kib()?.saturating_sub(mem0);
     // the session table's shape: entries a lookup finds only on a second line, by protocol
-    let sess_health = t.tab_health(crate::tables::TAB_SESS)?;
+    let sess_health = t.tab_health(crate::abi::TAB_SESS)?;
     let st = t.stats()?;
     let d = drops(&st);
     let created = st[stat_index("sessions_created").expect("counter")];
@@ -287,7 +287,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     // real traffic does not have)
     let mut all = Vec::new();
     for (mk, m) in t.mappings()? {
-        if mk.proto == 17 {
+        if mk.proto == crate::abi::PROTO_UDP {
             all.push((m.out_ip, m.out_port));
         }
     }
