@@ -580,7 +580,7 @@ const ALLOC_STEP: u64 = 256;
 
 /// Lines of one nxb_chunks array (NXB_CHUNK_LINES in nxb_fwd.bpf.c): with struct
 /// bpf_array's header (312 bytes on this kernel, 512 allowed for) within 32 KiB.
-const CHUNK_LINES: u32 = 504;
+const CHUNK_LINES: u32 = crate::bench_skel::fwd::types::nxb_fwd_sizes::NXB_CHUNK_LINES.0;
 
 /// Gives the forwarder's chunked table its `chunks` arrays, and checks that every slot holds
 /// one (a lookup in an empty slot would make the program pass the packet early, cheaper,
