@@ -5,6 +5,7 @@
 //! layouts, and those layouts are the C structs of `bpf/nx_types.h` as the skeleton
 //! generated them.
 
+use std::mem::offset_of;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -707,8 +708,10 @@ impl Tables {
             }
             let at = (i / 2) as u32;
             let d = at.saturating_sub(home);
-            // the protocol's place in the key word (sess_k0, map_k0)
-            let p = proto_idx((w0 >> if tab == TAB_SESS { 32 } else { 48 }) as u8) as usize;
+            // the protocol's byte in the slot's first word
+            let byte =
+                if tab == TAB_SESS { offset_of!(nx_sess, proto) } else { offset_of!(nx_map_key, proto) };
+            let p = proto_idx((w0 >> (8 * byte)) as u8) as usize;
             h.live_by_proto[p] += 1;
             if w0 & SLOT_ALT != 0 || d > 0 {
                 h.away += 1;

@@ -108,13 +108,14 @@ fn map_slot(w: &MmapWords, ip: Ipv4Addr, port: u16, proto: u8) -> usize {
         .unwrap_or_else(|| panic!("expected the mapping of {ip}:{port} in the table"))
 }
 
-/// The word index of the subscriber entry of `ip` in nx_subs (24 words an entry).
+/// The word index of the subscriber entry of `ip` in nx_subs.
 fn sub_entry(w: &MmapWords, ip: Ipv4Addr) -> usize {
     let want = sub_key(SUB_LIVE, ip_be(ip));
+    let words = std::mem::size_of::<natrix::skel::types::nx_sub>() / 8;
     w.words()
-        .chunks_exact(24)
+        .chunks_exact(words)
         .position(|e| e[0].load(Ordering::Acquire) == want)
-        .map(|i| i * 24)
+        .map(|i| i * words)
         .unwrap_or_else(|| panic!("expected a subscriber entry of {ip}"))
 }
 
