@@ -4,6 +4,9 @@
 #include "nx_common.h"
 #include "nx_maps.h"
 #include "nx_nat.h"
+#include "nx_det.h"
+#include "nx_home.h"
+#include "nx_parse.h"
 #include "nx_reap.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -38,7 +41,42 @@ int nx_clock(struct nx_clock *c)
 	return 0;
 }
 
-/* Anchors that put the shared types into the skeleton's BTF-generated Rust types. */
+/* Tests only (tests/abi.rs; natrix never runs it): the functions user space mirrors, run
+ * on the inputs in the context (struct nx_abi_probe), their results written back. The
+ * inputs are copied to the stack first: the helpers take pointers, and the verifier lets
+ * no pointer into the context but the context's own be dereferenced. */
+SEC("syscall")
+int nx_abi_probe(struct nx_abi_probe *p)
+{
+	struct nx_config cfg;
+	struct nx_sess_key sk;
+	struct nx_map_key mk;
+	__u32 pp, pidx = p->pidx, port = p->port, first = p->first, sip = p->sip;
+
+	__builtin_memcpy(&cfg, &p->cfg, sizeof(cfg));
+	__builtin_memcpy(&sk, &p->sk, sizeof(sk));
+	__builtin_memcpy(&mk, &p->mk, sizeof(mk));
+	pp = NX_PP(pidx, port);
+	p->tab_hash = nx_tab_hash(p->k0, p->k1, cfg.tab_seed);
+	p->tab_home[0] = nx_tab_home(p->h, p->nbkt, 0);
+	p->tab_home[1] = nx_tab_home(p->h, p->nbkt, 1);
+	p->sub_hash = nx_sub_hash(&cfg, sip);
+	p->sub_home = nx_sub_home(p->h, p->nslots);
+	p->sess_k0 = nx_sess_k0(&sk);
+	p->sess_k1 = nx_sess_k1(&sk);
+	p->map_k0 = nx_map_k0(&mk);
+	p->det_start = nx_det_start(&cfg, nx_det_hash(&cfg, sip, pp), pp, first);
+	p->home_start =
+	    nx_walk_start(&cfg, nx_home_hash(&cfg, sip, pp), pp, first, cfg.block_size / 2);
+	p->home_block = nx_home_block(&cfg, sip);
+	p->proto_idx = nx_proto_idx(p->proto);
+	p->port_index = nx_port_index(p->addr_idx, pidx, port);
+	p->word_is_map = nx_word_is_map(&cfg, sip, p->addr_idx, port);
+	return 0;
+}
+
+/* Anchors that put the shared types and constants into the skeleton's BTF-generated Rust
+ * types (src/abi.rs): a type no code or variable refers to is left out of the BTF. */
 struct nx_config nx_btf_config SEC(".bss");
 struct nx_sub nx_btf_sub SEC(".bss");
 struct nx_map_key nx_btf_map_key SEC(".bss");
@@ -51,3 +89,29 @@ struct nx_iface nx_btf_iface SEC(".bss");
 struct nx_lpm_key nx_btf_lpm_key SEC(".bss");
 enum nx_stat nx_btf_stat SEC(".bss");
 enum nx_tcp_state nx_btf_tcp_state SEC(".bss");
+struct nx_abi_probe nx_btf_abi_probe SEC(".bss");
+enum nx_sizes nx_btf_sizes SEC(".bss");
+enum nx_tick nx_btf_tick SEC(".bss");
+enum nx_ip_proto nx_btf_ip_proto SEC(".bss");
+enum nx_proto_idx nx_btf_proto_idx SEC(".bss");
+enum nx_config_flags nx_btf_config_flags SEC(".bss");
+enum nx_cfg_arrays nx_btf_cfg_arrays SEC(".bss");
+enum nx_filtering nx_btf_filtering SEC(".bss");
+enum nx_fibc_word nx_btf_fibc_word SEC(".bss");
+enum nx_port_state nx_btf_port_state SEC(".bss");
+enum nx_port_bits nx_btf_port_bits SEC(".bss");
+enum nx_block_bits nx_btf_block_bits SEC(".bss");
+enum nx_sub_state nx_btf_sub_state SEC(".bss");
+enum nx_sub_bits nx_btf_sub_bits SEC(".bss");
+enum nx_hash_keys nx_btf_hash_keys SEC(".bss");
+enum nx_tab_id nx_btf_tab_id SEC(".bss");
+enum nx_slot_state nx_btf_slot_state SEC(".bss");
+enum nx_slot_bits nx_btf_slot_bits SEC(".bss");
+enum nx_map_flags nx_btf_map_flags SEC(".bss");
+enum nx_nsess nx_btf_nsess SEC(".bss");
+enum nx_sess_flags nx_btf_sess_flags SEC(".bss");
+enum nx_iface_role nx_btf_iface_role SEC(".bss");
+enum nx_iface_macs nx_btf_iface_macs SEC(".bss");
+enum nx_frag_sizes nx_btf_frag_sizes SEC(".bss");
+enum nx_reap_op nx_btf_reap_op SEC(".bss");
+enum nx_reap_sizes nx_btf_reap_sizes SEC(".bss");

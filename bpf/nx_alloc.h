@@ -24,7 +24,7 @@
 #include "nx_stats.h"
 #include "nx_subs.h"
 
-#define NX_BLOCK_USED_ONE (1ULL << 32)
+#define NX_BLOCK_USED_ONE (1ULL << NX_BLOCK_USED_SHIFT)
 
 static __always_inline __u32 nx_port_index(__u32 addr_idx, __u32 pidx, __u32 port)
 {
@@ -34,10 +34,10 @@ static __always_inline __u32 nx_port_index(__u32 addr_idx, __u32 pidx, __u32 por
 /* The word a claimed port holds: state USED, inside address and port (host order). */
 static __always_inline __u64 nx_port_word(__u32 in_ip, __u16 in_port_h)
 {
-	return (NX_PORT_USED << NX_PORT_STATE_SHIFT) | ((__u64)in_ip << 16) | in_port_h;
+	return NX_PORT_TAG(NX_PORT_USED) | ((__u64)in_ip << NX_PORT_IP_SHIFT) | in_port_h;
 }
 
-#define NX_PORT_WORD_IP(w) ((__u32)((w) >> 16))
+#define NX_PORT_WORD_IP(w) ((__u32)((w) >> NX_PORT_IP_SHIFT))
 #define NX_PORT_WORD_PORT(w) ((__u16)(w))
 
 /* ---- deterministic mode (nx_det.h) ---- */

@@ -39,7 +39,6 @@
 #include "nx_stats.h"
 #include "nx_tab.h"
 
-#define NX_DET_KEY 0x6e7864657421ULL /* "nxdet!": keeps this hash apart from the tables' */
 #define NX_PORT_NSESS_ONE (1ULL << NX_PORT_NSESS_SHIFT)
 
 /* The endpoint's hash: which pair its walk starts at, and its lock stripe. */
@@ -330,7 +329,7 @@ static __always_inline int nx_det_unref(struct nx_config *cfg, struct nx_map_key
 		if ((old & ~NX_PORT_NSESS_MASK) != key || !(old & NX_PORT_NSESS_MASK))
 			return 0;
 		nw = (old & NX_PORT_NSESS_MASK) == NX_PORT_NSESS_ONE
-			 ? (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s
+			 ? NX_PORT_TAG(NX_PORT_HELD) | now_s
 			 : old - NX_PORT_NSESS_ONE;
 		if (__sync_val_compare_and_swap(pw, old, nw) == old)
 			return NX_PORT_STATE(nw) == NX_PORT_HELD;
@@ -341,8 +340,7 @@ static __always_inline int nx_det_unref(struct nx_config *cfg, struct nx_map_key
 	 * itself meanwhile, stays; a word left with no session is the daemon's (two sweeps). */
 	old = __sync_fetch_and_sub(pw, NX_PORT_NSESS_ONE);
 	if ((old & NX_PORT_NSESS_MASK) == NX_PORT_NSESS_ONE &&
-	    __sync_val_compare_and_swap(pw, key, (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s) ==
-		key)
+	    __sync_val_compare_and_swap(pw, key, NX_PORT_TAG(NX_PORT_HELD) | now_s) == key)
 		return 1;
 	return 0;
 }

@@ -39,8 +39,6 @@
 #include "nx_subs.h"
 #include "nx_tab.h"
 
-#define NX_HOME_KEY 0x6e78686f6d65ULL /* "nxhome": keeps this hash apart from the tables' */
-
 /* What nx_home_map and nx_dyn_map return, when not minus a drop reason:
  *   - a walk mapping: (pool index << 16) | outside port, the mapping seen as a struct
  *     nx_map in the scratch (nx_det_cur);

@@ -40,10 +40,9 @@ struct {
 	__type(value, struct nx_iface);
 } nx_ifaces SEC(".maps");
 
-/* ifindex -> role and MACs for ifindex < NX_IFROLE_DIRECT: the per-packet checks without
- * hashing (nx_ifaces stays the reference, for any ifindex). Filled by the daemon before the
- * links switch to this program instance; not pinned. */
-#define NX_IFROLE_DIRECT 1024
+/* ifindex -> role and MACs for ifindex < NX_IFROLE_DIRECT (nx_types.h): the per-packet
+ * checks without hashing (nx_ifaces stays the reference, for any ifindex). Filled by the
+ * daemon before the links switch to this program instance; not pinned. */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

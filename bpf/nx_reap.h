@@ -34,7 +34,7 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, __u32 slot, str
 	idx = nx_port_index(addr_idx, nx_proto_idx(mk->proto), out_port);
 	pw = bpf_map_lookup_elem(&nx_ports, &idx);
 	if (pw && __sync_val_compare_and_swap(pw, nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)),
-					      (NX_PORT_HELD << NX_PORT_STATE_SHIFT) | now_s) ==
+					      NX_PORT_TAG(NX_PORT_HELD) | now_s) ==
 		      nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port))) {
 		/* a port-class port: the subscriber holds one fewer (see nx_alloc_low_port) */
 		if (out_port < cfg->port_lo) {

@@ -33,14 +33,9 @@
 #include "nx_stats.h"
 #include "nx_tab.h"
 
-/* Linear probing at half load has runs of occupied slots ~50 long in a table of 10^4-10^5
- * (the longest run grows as log(n) / 0.19): a window of 32 left a subscriber now and then
- * with no free slot in reach. 256 makes that practically impossible; a present subscriber
- * is still found within a slot or two on average. */
-#define NX_SUB_PROBE 256
-/* Second hash word for subscriber keys: their lock stripes and homes differ from what a
- * mapping or session key of the same bits would get. */
-#define NX_SUB_HASH_K1 0x5355425355425355ULL
+/* NX_SUB_PROBE (nx_types.h): slots an entry may live beyond its home slot.
+ * NX_SUB_HASH_K1 (nx_types.h), the second hash word for subscriber keys: their lock stripes
+ * and homes differ from what a mapping or session key of the same bits would get. */
 
 static __always_inline __u64 nx_sub_hash(struct nx_config *cfg, __u32 sip)
 {

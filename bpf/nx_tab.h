@@ -42,17 +42,14 @@
 
 #define NX_TAB_NONE 0xffffffffU
 #define NX_TAB_NEW (1LL << 32) /* nx_*_insert: the entry was created by this call */
-/* Buckets a key may live beyond its home bucket (lookups stop far sooner: see above). */
-#define NX_TAB_PROBE 32
 #define NX_TAB_LOCK_SPIN 2048
 
-/* The key bits of a slot's first word; the rest of it is control (and session state). */
-#define NX_SESS_W0_KEY 0x000000ffffffffffULL /* in_port, rem_port, proto */
-#define NX_MAPS_W0_KEY 0x00ffffffffffffffULL /* in_ip, in_port, proto */
-#define NX_SLOT_STATE_MASK (3ULL << NX_SLOT_CTL_SHIFT)
-#define NX_SLOT_GEN_MASK (0x1fULL << NX_SLOT_GEN_SHIFT)
-#define NX_SLOT_ALT (1ULL << 58) /* counted from the key's second home bucket */
-#define NX_SLOT_OVF_OFF 28	 /* byte offset of the overflow count in a bucket's first slot */
+/* The slot layout's bits (nx_types.h, enum nx_slot_bits) as 64-bit masks. */
+#define NX_SESS_W0_KEY ((1ULL << NX_SESS_W0_KEY_BITS) - 1)
+#define NX_MAPS_W0_KEY ((1ULL << NX_MAPS_W0_KEY_BITS) - 1)
+#define NX_SLOT_STATE_MASK ((__u64)NX_SLOT_STATE_BITS << NX_SLOT_CTL_SHIFT)
+#define NX_SLOT_GEN_MASK ((__u64)NX_SLOT_GEN_BITS << NX_SLOT_GEN_SHIFT)
+#define NX_SLOT_ALT (1ULL << NX_SLOT_ALT_BIT)
 
 static __always_inline __u64 nx_sess_k0(const struct nx_sess_key *k)
 {

@@ -3,21 +3,30 @@
  * skeleton's BTF (libbpf-cargo), never from a hand-written copy: change them here only.
  * Every key is explicitly padded: hash maps compare keys bytewise, so a hole the compiler
  * leaves uninitialised would make two equal keys differ.
+ *
+ * Every constant user space needs too is an enum member, not a macro: BTF keeps enums, and
+ * natrix.bpf.c anchors each enum (nx_btf_*) so that the skeleton emits it (src/abi.rs
+ * names them for the Rust side). BTF enum values are 32 bits wide (clang 14 emits no
+ * ENUM64), so a 64-bit constant is an enum of its bit position, or of its two halves,
+ * and a macro here builds it (src/abi.rs builds it the same way).
  */
 #ifndef NX_TYPES_H
 #define NX_TYPES_H
 
 #include <linux/types.h>
+#include <linux/in.h>
 
 /* Compile-time layout checks (BPF and user space agree on these sizes). */
 #define nx_static_assert(c, msg) _Static_assert(c, msg)
 
 /* Hard limits of the table layouts; the configurable limits sit below them. */
-#define NX_MAX_POOL_ADDRS 65536	 /* pool addresses (index fits 16 bits) */
-#define NX_MAX_BLOCKS_PER_SUB 32 /* slots in a subscriber entry */
-#define NX_MAX_IFACES 64
-#define NX_PORTS_PER_ADDR 65536
-#define NX_NPROTO 3
+enum nx_sizes {
+	NX_MAX_POOL_ADDRS = 65536,  /* pool addresses (index fits 16 bits) */
+	NX_MAX_BLOCKS_PER_SUB = 32, /* slots in a subscriber entry */
+	NX_MAX_IFACES = 64,
+	NX_PORTS_PER_ADDR = 65536,
+	NX_NPROTO = 3,
+};
 
 /* Time is a 32-bit tick of 2^24 ns (~16.8 ms) of CLOCK_MONOTONIC: no division per packet,
  * and 2^32 ticks are 2.3 years, far beyond any timeout. The daemon and the reaper read
@@ -28,13 +37,22 @@
  * with clk_mult = TICK_NSEC << (32 - NX_TICK_SHIFT) (TICK_NSEC: ns per jiffy, 10^9 / HZ),
  * clk_off chosen so that the result is CLOCK_MONOTONIC >> NX_TICK_SHIFT within one tick.
  * The product may wrap past 2^64: its bits 63..32 still are the tick modulo 2^32. */
-#define NX_TICK_SHIFT 24
+enum nx_tick {
+	NX_TICK_SHIFT = 24,
+};
 
 /* What nx_clock (a syscall program) reports: the same moment on both clocks, from which
  * the daemon learns HZ and clk_off. */
 struct nx_clock {
 	__u64 jiffies;
 	__u64 mono_ns;
+};
+
+/* The IP protocols natrix translates (their numbers, from the kernel's headers). */
+enum nx_ip_proto {
+	NX_IPPROTO_ICMP = IPPROTO_ICMP,
+	NX_IPPROTO_TCP = IPPROTO_TCP,
+	NX_IPPROTO_UDP = IPPROTO_UDP,
 };
 
 /* Index of a protocol in per-protocol tables (outside port array, counters). */
@@ -55,9 +73,14 @@ enum nx_config_flags {
 				     * the LPM trie nx_subnets answers */
 };
 
-/* Subscriber prefixes (nat.subscribers) held in nx_config, compared in a few instructions;
- * a longer list goes to the LPM trie nx_subnets. */
-#define NX_SUBNETS 8
+/* Lengths of nx_config's arrays. NX_SUBNETS: subscriber prefixes (nat.subscribers) held in
+ * nx_config, compared in a few instructions; a longer list goes to the LPM trie nx_subnets.
+ * NX_POOL_RUNS: see struct nx_pool_run. */
+enum nx_cfg_arrays {
+	NX_SUBNETS = 8,
+	NX_POOL_RUNS = 8,
+};
+
 struct nx_subnet {
 	__u32 net;  /* network order, host bits clear */
 	__u32 mask; /* network order */
@@ -72,7 +95,6 @@ enum nx_filtering {
 
 /* A run of consecutive pool addresses: first (host order) .. first + count - 1 have pool
  * indexes base .. base + count - 1. */
-#define NX_POOL_RUNS 8
 struct nx_pool_run {
 	__u32 first;
 	__u16 count;
@@ -193,14 +215,16 @@ struct nx_fibc_gen {
 	__u64 alive; /* tick (NX_TICK_SHIFT) of the watcher's last sign of life */
 };
 
-#define NX_FIBC_BY_DST 1u
-#define NX_FIBC_GEN_STEP 2u
-#define NX_FIBC_ALIVE 64 /* ticks, ~1.07 s */
-/* The watcher writes its sign of life in CLOCK_MONOTONIC ticks; the packet path's tick,
- * derived from jiffies (src/clock.rs), trails it by up to a jiffy plus the calibration's
- * rounding, more when the timer tick is late. A sign of life up to NX_FIBC_SKEW ticks
- * (~67 ms) "in the future" is fresh, not 4 billion ticks old. */
-#define NX_FIBC_SKEW 4
+enum nx_fibc_word {
+	NX_FIBC_BY_DST = 1,
+	NX_FIBC_GEN_STEP = 2,
+	NX_FIBC_ALIVE = 64, /* ticks, ~1.07 s */
+	/* The watcher writes its sign of life in CLOCK_MONOTONIC ticks; the packet path's
+	 * tick, derived from jiffies (src/clock.rs), trails it by up to a jiffy plus the
+	 * calibration's rounding, more when the timer tick is late. A sign of life up to
+	 * NX_FIBC_SKEW ticks (~67 ms) "in the future" is fresh, not 4 billion ticks old. */
+	NX_FIBC_SKEW = 4,
+};
 
 /* ---- Outside port array (map nx_ports, direct-indexed) ------------------------------
  * index = (pool_index * NX_NPROTO + proto_idx) * 65536 + outside_port
@@ -212,15 +236,23 @@ struct nx_fibc_gen {
  *                sessions (0 in any other word: the mapping table counts them)
  *   HELD:        bits 31..0 = CLOCK_MONOTONIC second at which the port was released
  */
-#define NX_PORT_STATE_SHIFT 62
-#define NX_PORT_FREE 0ULL
-#define NX_PORT_USED 1ULL
-#define NX_PORT_HELD 2ULL
-#define NX_PORT_STATIC 3ULL /* static forward; dynamic allocation never hands it out */
+enum nx_port_state {
+	NX_PORT_FREE = 0,
+	NX_PORT_USED = 1,
+	NX_PORT_HELD = 2,
+	NX_PORT_STATIC = 3, /* static forward; dynamic allocation never hands it out */
+};
+
+enum nx_port_bits {
+	NX_PORT_STATE_SHIFT = 62,
+	NX_PORT_NSESS_SHIFT = 48,
+	NX_PORT_NSESS_MAX = 0x3fff,
+	NX_PORT_IP_SHIFT = 16, /* USED: the inside address above the inside port */
+};
+/* A state's bits in a word (the states are ints: shift them as 64-bit values). */
+#define NX_PORT_TAG(state) ((__u64)(state) << NX_PORT_STATE_SHIFT)
 #define NX_PORT_STATE(w) ((w) >> NX_PORT_STATE_SHIFT)
-#define NX_PORT_NSESS_SHIFT 48
-#define NX_PORT_NSESS_MAX 0x3fffULL
-#define NX_PORT_NSESS_MASK (NX_PORT_NSESS_MAX << NX_PORT_NSESS_SHIFT)
+#define NX_PORT_NSESS_MASK ((__u64)NX_PORT_NSESS_MAX << NX_PORT_NSESS_SHIFT)
 
 /* ---- Port blocks (map nx_blocks, direct-indexed) ------------------------------------
  * index = pool_index * blocks_per_addr + block_number; block b covers outside ports
@@ -233,9 +265,14 @@ struct nx_fibc_gen {
  *                mapping while it owns the block, and when it takes the block while it
  *                holds others; cleared only with the block's release
  */
+enum nx_block_bits {
+	NX_BLOCK_USED_SHIFT = 32,
+	NX_BLOCK_USED_MASK = 0x7fffffff,
+	NX_BLOCK_MIXED_BIT = 63,
+};
 #define NX_BLOCK_OWNER(w) ((__u32)(w))
-#define NX_BLOCK_MIXED (1ULL << 63)
-#define NX_BLOCK_USED(w) ((__u32)((w) >> 32) & 0x7fffffffu)
+#define NX_BLOCK_MIXED (1ULL << NX_BLOCK_MIXED_BIT)
+#define NX_BLOCK_USED(w) ((__u32)((w) >> NX_BLOCK_USED_SHIFT) & NX_BLOCK_USED_MASK)
 
 /* ---- Subscribers (map nx_subs, open-addressed by inside address, see nx_subs.h) -----
  * One 192-byte entry per slot, three cache lines: the first holds everything a claim for
@@ -252,8 +289,34 @@ enum nx_sub_state {
 	NX_SUB_TOMB = 3, /* deleted: a lookup goes on past it, an insert may reuse it */
 };
 
-#define NX_SUB_KEY(state, ip) ((__u64)(state) << 32 | (__u32)(ip))
-#define NX_SUB_STATE(key) ((__u32)((key) >> 32) & 3)
+enum nx_sub_bits {
+	NX_SUB_STATE_SHIFT = 32,
+	NX_SUB_STATE_MASK = 3,
+	/* Linear probing at half load has runs of occupied slots ~50 long in a table of
+	 * 10^4-10^5 (the longest run grows as log(n) / 0.19): a window of 32 left a subscriber
+	 * now and then with no free slot in reach. 256 makes that practically impossible; a
+	 * present subscriber is still found within a slot or two on average. */
+	NX_SUB_PROBE = 256,
+};
+
+#define NX_SUB_KEY(state, ip) ((__u64)(state) << NX_SUB_STATE_SHIFT | (__u32)(ip))
+#define NX_SUB_STATE(key) ((__u32)((key) >> NX_SUB_STATE_SHIFT) & NX_SUB_STATE_MASK)
+
+/* The keys that keep the hashes of subscribers (nx_subs.h), deterministic walks (nx_det.h)
+ * and home walks (nx_home.h) apart from the tables' and from each other: 64-bit, as two
+ * halves (see the top of this file). */
+enum nx_hash_keys {
+	NX_SUB_HASH_K1_HI = 0x53554253, /* "SUBSUBSU" */
+	NX_SUB_HASH_K1_LO = 0x55425355,
+	NX_DET_KEY_HI = 0x6e78, /* "nxdet!" */
+	NX_DET_KEY_LO = 0x64657421,
+	NX_HOME_KEY_HI = 0x6e78, /* "nxhome" */
+	NX_HOME_KEY_LO = 0x686f6d65,
+};
+#define NX_HASH_KEY(hi, lo) ((__u64)(hi) << 32 | (__u32)(lo))
+#define NX_SUB_HASH_K1 NX_HASH_KEY(NX_SUB_HASH_K1_HI, NX_SUB_HASH_K1_LO)
+#define NX_DET_KEY NX_HASH_KEY(NX_DET_KEY_HI, NX_DET_KEY_LO)
+#define NX_HOME_KEY NX_HASH_KEY(NX_HOME_KEY_HI, NX_HOME_KEY_LO)
 
 struct nx_sub {
 	/* line 0: the hot part */
@@ -300,9 +363,23 @@ enum nx_slot_state {
 	NX_SLOT_LIVE = 2,
 };
 
-#define NX_SLOT_CTL_SHIFT 56
-#define NX_SLOT_GEN_SHIFT 59
-#define NX_SLOT_STATE(w0) ((__u32)((w0) >> NX_SLOT_CTL_SHIFT) & 3)
+enum nx_slot_bits {
+	NX_SLOT_CTL_SHIFT = 56,
+	NX_SLOT_STATE_BITS = 3, /* mask of the state, at NX_SLOT_CTL_SHIFT */
+	NX_SLOT_ALT_BIT = 58,	/* counted from the key's second home bucket */
+	NX_SLOT_GEN_SHIFT = 59,
+	NX_SLOT_GEN_BITS = 0x1f, /* mask of the generation, at NX_SLOT_GEN_SHIFT */
+	/* the key bits of a slot's first word, from bit 0; the rest is control (and session
+	 * state) */
+	NX_SESS_W0_KEY_BITS = 40, /* in_port, rem_port, proto */
+	NX_MAPS_W0_KEY_BITS = 56, /* in_ip, in_port, proto */
+	/* byte offset of a bucket's counts in each of its slots: overflow in the first, alt
+	 * in the second */
+	NX_SLOT_OVF_OFF = 28,
+	/* Buckets a key may live beyond its home bucket (lookups stop far sooner: nx_tab.h). */
+	NX_TAB_PROBE = 32,
+};
+#define NX_SLOT_STATE(w0) ((__u32)((w0) >> NX_SLOT_CTL_SHIFT) & NX_SLOT_STATE_BITS)
 
 /* ---- Mappings, the BIB (map nx_maps) --------------------------------------------------
  * Endpoint-independent: one entry per inside (address, port|query id, protocol).
@@ -369,7 +446,9 @@ nx_static_assert(sizeof(struct nx_sess) == 32, "nx_sess layout");
 
 /* nx_map.nsess of a mapping the reaper is deleting: no session may refer to it any more
  * (a session copies its mapping's outside endpoint, so it must never outlive the port). */
-#define NX_NSESS_DYING 0xffffffffU
+enum nx_nsess {
+	NX_NSESS_DYING = 0xffffffffU,
+};
 
 /* TCP connection tracking, after RFC 6146 section 3.5.2 and RFC 7857 section 2.1. */
 enum nx_tcp_state {
@@ -381,6 +460,7 @@ enum nx_tcp_state {
 	NX_TCP_FIN_IN = 5,  /* FIN from outside */
 	NX_TCP_FIN_BOTH = 6,
 	NX_TCP_RST = 7, /* RST seen: transitory timeout, not deleted at once (RFC 7857) */
+	NX_TCP_NSTATES, /* the count, not a state (user space names each state: src/abi.rs) */
 };
 
 enum nx_sess_flags {
@@ -401,7 +481,11 @@ enum nx_iface_role {
  * interface's own and configured virtual ones (VRRP). A frame for another MAC (a switch
  * flooding an unknown destination, promiscuous mode) is the kernel's to ignore. Each MAC is
  * its 6 bytes in memory order in the low bytes of a u64 (nx_mac_word). */
-#define NX_IF_MACS 4
+enum nx_iface_macs {
+	NX_IF_MACS = 4,
+	/* interfaces with a smaller ifindex are also in the array nx_ifrole (nx_maps.h) */
+	NX_IFROLE_DIRECT = 1024,
+};
 struct nx_iface {
 	__u32 role;  /* enum nx_iface_role */
 	__u32 addr;  /* the interface's IPv4 address (network order): source of the ICMP
@@ -441,9 +525,11 @@ struct nx_frag {
 /* The largest fragment natrix holds: a 9000-byte jumbo MTU with room to spare (a larger
  * one is dropped, fragment_too_big, never cut). Records of fragments up to
  * NX_FRAG_HOLD_SMALL bytes take only NX_FRAG_REC_SMALL bytes of the ring. */
-#define NX_FRAG_HOLD_MAX 9216
-#define NX_FRAG_HOLD_SMALL 1536
-#define NX_FRAG_REC_SMALL (16 + NX_FRAG_HOLD_SMALL)
+enum nx_frag_sizes {
+	NX_FRAG_HOLD_MAX = 9216,
+	NX_FRAG_HOLD_SMALL = 1536,
+	NX_FRAG_REC_SMALL = 16 + NX_FRAG_HOLD_SMALL,
+};
 
 struct nx_frag_hold {
 	struct nx_frag_key key;
@@ -454,7 +540,9 @@ struct nx_frag_hold {
 /* ---- Reaper (the syscall program nx_reap, run by the daemon) -------------------------
  * The daemon finds candidates by scanning; the data-plane code deletes them with the same
  * atomics the fast path uses, after checking again that they are still expired. */
-#define NX_REAP_BATCH 64
+enum nx_reap_sizes {
+	NX_REAP_BATCH = 64,
+};
 
 enum nx_reap_op {
 	NX_REAP_SESSIONS = 1,  /* sess[] holds candidate session keys */
@@ -485,6 +573,42 @@ struct nx_reap_args {
 		struct nx_static_map statics[NX_REAP_BATCH];
 		__u32 subs[NX_REAP_BATCH];
 	};
+};
+
+/* ---- ABI probe (the syscall program nx_abi_probe; tests only) -------------------------
+ * The hash, home and walk functions user space mirrors (src/tables.rs), run by the data
+ * plane's own code on the inputs given here: a test (tests/abi.rs) compares them with the
+ * Rust ones on random inputs. natrix itself never runs it. */
+struct nx_abi_probe {
+	/* in */
+	struct nx_config cfg; /* tab_seed, flags, the pool's and the walks' geometry */
+	__u64 k0;	      /* nx_tab_hash's key words */
+	__u64 k1;
+	__u64 h;	/* a hash, for nx_tab_home and nx_sub_home */
+	__u32 nbkt;	/* nx_tab_home's buckets */
+	__u32 nslots;	/* nx_sub_home's slots */
+	__u32 sip;	/* inside address, network order */
+	__u32 pidx;	/* enum nx_proto_idx */
+	__u32 port;	/* inside port (host order) for the walks; outside port for the rest */
+	__u32 first;	/* first port of the walk's range or block */
+	__u32 addr_idx; /* pool index */
+	__u32 proto;	/* IP protocol number, for nx_proto_idx */
+	struct nx_sess_key sk;
+	struct nx_map_key mk;
+	/* out */
+	__u64 tab_hash;
+	__u64 sub_hash;
+	__u64 sess_k0;
+	__u64 sess_k1;
+	__u64 map_k0;
+	__s64 home_block; /* nx_home_block(sip) */
+	__u32 tab_home[2];
+	__u32 sub_home;
+	__u32 det_start;  /* nx_det_start of endpoint (sip, pidx, port) in the range at first */
+	__u32 home_start; /* the home walk's start, the same in the block at first */
+	__u32 proto_idx;
+	__u32 port_index;  /* nx_port_index(addr_idx, pidx, port) */
+	__u32 word_is_map; /* nx_word_is_map(sip, addr_idx, port) */
 };
 
 /* ---- Counters (map nx_stats, per-CPU array indexed by enum nx_stat) -----------------

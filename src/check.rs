@@ -48,12 +48,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::abi::{
+    MF_DET, MF_STATIC, NSESS_DYING, PORT_FREE, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT,
+    PORT_STATIC, PORT_USED, PROTO_OF_IDX, SF_PERMIT,
+};
 use crate::dataplane::ip_from_be;
 use crate::expiry::range_word_needed;
 use crate::tables::{
-    block_of, block_used, det_first, det_start, home_start, is_home_word, now_ns, port_index, proto_name,
-    walk_home, MmapWords, TableError, Tables, NPROTO, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT,
-    PORT_STATE_SHIFT, PORT_STATIC, PORT_USED,
+    block_of, block_used, det_first, det_start, home_start, is_home_word, now_ns, port_index,
+    port_index_parts, port_word_ip, proto_name, walk_home, MmapWords, TableError, Tables,
 };
 
 /// One broken invariant: `kind` a stable snake_case name, `detail` the entries involved.
@@ -192,9 +195,6 @@ fn ep_str(ip: u32, port_be: u16, proto: u8) -> String {
     format!("{}:{}/{}", ip_from_be(ip), u16::from_be(port_be), proto_name(proto))
 }
 
-const PROTOS: [u8; 3] = [6, 17, 1];
-const NSESS_DYING: u32 = u32::MAX;
-
 struct Problems(Vec<Problem>);
 
 impl Problems {
@@ -232,7 +232,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
     for (k, m) in t.table_mappings()? {
         ck.table_mappings += 1;
         let key = ek(k.in_ip, k.in_port, k.proto);
-        let stat = m.flags & 1 != 0;
+        let stat = m.flags & MF_STATIC != 0;
         if stat {
             statics.insert(k.in_ip);
         }
@@ -267,7 +267,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
         };
         let v = word_at(a, k.proto, m.out_port);
         let want = if stat { PORT_STATIC } else { PORT_USED };
-        if v >> PORT_STATE_SHIFT != want || (v >> 16) as u32 != k.in_ip || v as u16 != u16::from_be(k.in_port)
+        if v >> PORT_STATE_SHIFT != want || port_word_ip(v) != k.in_ip || v as u16 != u16::from_be(k.in_port)
         {
             p.push(
                 "mapping_port_word_mismatch",
@@ -290,7 +290,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
             continue;
         }
         let proto = key as u8;
-        let other = ek((v >> 16) as u32, (v as u16).to_be(), proto);
+        let other = ek(port_word_ip(v), (v as u16).to_be(), proto);
         let (Some(a), Some(b)) = (maps.get(&key), maps.get(&other)) else { continue };
         if other != key && (a.out_ip, a.out_port) == (b.out_ip, b.out_port) {
             let out = ep_str(a.out_ip, a.out_port, proto);
@@ -313,12 +313,12 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
         if v == 0 || (st != PORT_USED && st != PORT_HELD && st != PORT_STATIC) {
             continue;
         }
-        let (a, pidx, port) =
-            ((idx >> 16) as u32 / NPROTO, (idx >> 16) as u32 % NPROTO, (idx & 0xffff) as u32);
+        let (a, pidx, port) = port_index_parts(idx);
+        let port = u32::from(port);
         if a >= u32::from(cfg.n_addrs) {
             continue;
         }
-        let proto = PROTOS[pidx as usize];
+        let proto = PROTO_OF_IDX[pidx as usize];
         let out_ip = pool_ip(a);
         let out = ep_str(out_ip, (port as u16).to_be(), proto);
         let block = if det { None } else { block_of(&cfg, a, port) };
@@ -329,7 +329,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
                 }
             }
         }
-        let (in_ip, in_port_be) = ((v >> 16) as u32, (v as u16).to_be());
+        let (in_ip, in_port_be) = (port_word_ip(v), (v as u16).to_be());
         let key = ek(in_ip, in_port_be, proto);
         match st {
             PORT_USED => {
@@ -337,8 +337,14 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
                 if det || is_home_word(&cfg, idx, v) {
                     ck.walk_mappings += 1;
                     let nsess = ((v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX) as u32;
-                    let m =
-                        Map { out_ip, out_port: (port as u16).to_be(), flags: 2, nsess, walk: true, seen: 0 };
+                    let m = Map {
+                        out_ip,
+                        out_port: (port as u16).to_be(),
+                        flags: MF_DET,
+                        nsess,
+                        walk: true,
+                        seen: 0,
+                    };
                     if let Some(prev) = maps.insert(key, m) {
                         p.push(
                             "endpoint_mapped_twice",
@@ -355,7 +361,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
                     match maps.get(&key) {
                         Some(m)
                             if !m.walk
-                                && m.flags & 1 == 0
+                                && m.flags & MF_STATIC == 0
                                 && (m.out_ip, m.out_port) == (out_ip, (port as u16).to_be()) => {}
                         _ => p.push(
                             "port_word_without_mapping",
@@ -390,7 +396,8 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
                 ck.port_words_static += 1;
                 match maps.get(&key) {
                     Some(m)
-                        if m.flags & 1 != 0 && (m.out_ip, m.out_port) == (out_ip, (port as u16).to_be()) => {}
+                        if m.flags & MF_STATIC != 0
+                            && (m.out_ip, m.out_port) == (out_ip, (port as u16).to_be()) => {}
                     _ => p.push(
                         "port_word_without_mapping",
                         out.clone(),
@@ -455,7 +462,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
     let mut per_sub: HashMap<u32, u32> = HashMap::new();
     let mut sess_problems: Vec<Problem> = Vec::new();
     let live_sess = t.for_each_session(|s| {
-        if s.flags & 2 != 0 {
+        if s.flags & SF_PERMIT != 0 {
             ck.permit_records += 1;
             return;
         }
@@ -659,9 +666,9 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
 
 fn word_str(v: u64, proto: u8) -> String {
     match v >> PORT_STATE_SHIFT {
-        0 => "FREE".into(),
-        PORT_USED => format!("USED for {}", ep_str((v >> 16) as u32, (v as u16).to_be(), proto)),
+        PORT_FREE => "FREE".into(),
+        PORT_USED => format!("USED for {}", ep_str(port_word_ip(v), (v as u16).to_be(), proto)),
         PORT_HELD => format!("HELD since second {}", v as u32),
-        _ => format!("STATIC for {}", ep_str((v >> 16) as u32, (v as u16).to_be(), proto)),
+        _ => format!("STATIC for {}", ep_str(port_word_ip(v), (v as u16).to_be(), proto)),
     }
 }

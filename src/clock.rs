@@ -13,7 +13,7 @@
 //! `nx_clock` program reads both at the same moment) and must be one of the values Linux is
 //! built with on the architectures natrix supports, or the daemon refuses to start.
 
-use crate::tables::TICK_SHIFT;
+use crate::abi::TICK_SHIFT;
 
 /// CONFIG_HZ choices on x86 and arm64.
 pub const HZ_CHOICES: [u32; 4] = [100, 250, 300, 1000];

@@ -68,9 +68,8 @@ const MIN_FRAGMENTS_TRACKED: i64 = 16;
 const MAX_FRAGMENTS_TRACKED: i64 = 10_000_000;
 const MAX_FRAGMENTS_HELD: i64 = 65_536;
 
-/// IP protocol numbers as carried in [`Forward::proto`].
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
+// IP protocol numbers as carried in [`Forward::proto`].
+use crate::abi::{PROTO_TCP, PROTO_UDP};
 
 /// Top-level tables, in the order they are validated.
 const SECTIONS: &[&str] =
@@ -2589,12 +2588,16 @@ sweep_interval = "250ms"
         assert_eq!(
             c.forwards,
             [
-                Forward { proto: 6, outside: sa("203.0.113.1:8080"), inside: sa("100.64.0.3:80") },
-                Forward { proto: 17, outside: sa("203.0.113.1:8080"), inside: sa("100.64.0.3:80") },
-                Forward { proto: 6, outside: sa("203.0.113.1:1"), inside: sa("100.64.0.4:22") },
-                Forward { proto: 6, outside: sa("203.0.113.1:1024"), inside: sa("100.64.0.4:1024") },
-                Forward { proto: 17, outside: sa("203.0.113.1:65535"), inside: sa("100.64.0.5:65535") },
-                Forward { proto: 6, outside: sa("203.0.113.1:443"), inside: sa("100.64.0.3:443") },
+                Forward { proto: PROTO_TCP, outside: sa("203.0.113.1:8080"), inside: sa("100.64.0.3:80") },
+                Forward { proto: PROTO_UDP, outside: sa("203.0.113.1:8080"), inside: sa("100.64.0.3:80") },
+                Forward { proto: PROTO_TCP, outside: sa("203.0.113.1:1"), inside: sa("100.64.0.4:22") },
+                Forward { proto: PROTO_TCP, outside: sa("203.0.113.1:1024"), inside: sa("100.64.0.4:1024") },
+                Forward {
+                    proto: PROTO_UDP,
+                    outside: sa("203.0.113.1:65535"),
+                    inside: sa("100.64.0.5:65535")
+                },
+                Forward { proto: PROTO_TCP, outside: sa("203.0.113.1:443"), inside: sa("100.64.0.3:443") },
             ]
         );
         // Inline tables work as well.
@@ -2604,7 +2607,7 @@ sweep_interval = "250ms"
         ));
         assert_eq!(
             c.forwards,
-            [Forward { proto: 17, outside: sa("203.0.113.1:53"), inside: sa("100.64.0.9:53") }]
+            [Forward { proto: PROTO_UDP, outside: sa("203.0.113.1:53"), inside: sa("100.64.0.9:53") }]
         );
     }
 
@@ -2904,8 +2907,8 @@ max_age = "50ms"                  # default; 1ms ..= 10s
         assert_eq!(
             c.forwards,
             [
-                Forward { proto: 6, outside: sa("203.0.113.40:8080"), inside: sa("100.64.0.3:80") },
-                Forward { proto: 17, outside: sa("203.0.113.16:53"), inside: sa("100.64.0.7:53") },
+                Forward { proto: PROTO_TCP, outside: sa("203.0.113.40:8080"), inside: sa("100.64.0.3:80") },
+                Forward { proto: PROTO_UDP, outside: sa("203.0.113.16:53"), inside: sa("100.64.0.7:53") },
             ]
         );
         assert_eq!(c.nat, Nat::default());

@@ -17,22 +17,26 @@ use libbpf_rs::{Link, MapCore, MapFlags, ProgramInput};
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::abi::{
+    port_tag, BLOCK_USED_ONE, CF_EXCLUSIONS, CF_HAIRPIN, CF_PORT_CLASS, CF_PORT_PARITY, CF_STATICS,
+    CF_SUBNET_TRIE, CTL_STATIC_ADD, CTL_STATIC_DEL, FILTER_ADF, FILTER_APDF, FILTER_EIF, IFROLE_DIRECT,
+    MF_STATIC, NPROTO, POOL_RUNS, PORTS_PER_ADDR, PORT_HELD, PORT_IP_SHIFT, PORT_STATE_SHIFT, PORT_STATIC,
+    ROLE_INSIDE, ROLE_OUTSIDE, SUBNETS, TICK_SHIFT,
+};
 use crate::config::{Config, Filtering, XdpMode};
 use crate::skel::types::{
     nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_reap_args, nx_static_map,
     nx_subnet,
 };
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
-use crate::tables::{
-    bytes_of, read_pod, MmapWords, Tables, MAP_NAMES, NPROTO, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC,
-    TICK_SHIFT,
-};
+use crate::tables::{bytes_of, read_pod, MmapWords, Tables, MAP_NAMES};
 
 /// Values of `enum nx_iface_role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
 pub enum Role {
-    Inside = 1,
-    Outside = 2,
+    Inside = ROLE_INSIDE,
+    Outside = ROLE_OUTSIDE,
 }
 
 #[derive(Debug, Clone)]
@@ -182,7 +186,7 @@ impl Sizes {
         let n = c.pool.addresses.len() as u32;
         Sizes {
             pool: n.max(1),
-            ports: (n * NPROTO * 65536).max(1),
+            ports: (n * NPROTO * PORTS_PER_ADDR).max(1),
             blocks: (n * c.block_count_per_addr()).max(1),
             subs: crate::tables::sub_slots(c.limits.max_subscribers),
             // slots of the open-addressed tables (bpf/nx_tab.h): two per bucket
@@ -240,13 +244,6 @@ pub fn resolve_interfaces(c: &Config) -> Result<Vec<Iface>> {
     Ok(out)
 }
 
-const NX_CTL_STATIC_ADD: u32 = 3;
-const NX_CTL_STATIC_DEL: u32 = 4;
-
-/// Runs of consecutive pool addresses the data plane checks instead of a hash lookup
-/// (NX_POOL_RUNS in nx_types.h; the array in `nx_config` has this length).
-pub const NX_POOL_RUNS: usize = 8;
-
 /// The pool as runs of consecutive addresses in pool-index order: `first` (host order),
 /// `count`, `base` (pool index of `first`).
 pub fn pool_runs(addrs: &[Ipv4Addr]) -> Vec<nx_pool_run> {
@@ -272,9 +269,9 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         t.clamp(1, u32::MAX as u64 / 2) as u32
     };
     let runs = pool_runs(&c.pool.addresses);
-    let mut pool_runs_arr = [nx_pool_run::default(); NX_POOL_RUNS];
+    let mut pool_runs_arr = [nx_pool_run::default(); POOL_RUNS];
     let pool_nruns = match runs.len() {
-        n if n <= NX_POOL_RUNS => {
+        n if n <= POOL_RUNS => {
             pool_runs_arr[..n].copy_from_slice(&runs);
             n as u32
         }
@@ -282,25 +279,25 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     };
     let mut flags = 0u32;
     if c.nat.port_parity {
-        flags |= 1;
+        flags |= CF_PORT_PARITY;
     }
     if c.nat.hairpinning {
-        flags |= 2;
+        flags |= CF_HAIRPIN;
     }
     if c.nat.port_class {
-        flags |= 4;
+        flags |= CF_PORT_CLASS;
     }
     if !c.exclude.is_empty() {
-        flags |= 8;
+        flags |= CF_EXCLUSIONS;
     }
     if !c.forwards.is_empty() {
-        flags |= 16; // NX_CF_STATICS
+        flags |= CF_STATICS;
     }
     // nat.subscribers (dynamic mode): a few compares in nx_config, or the trie nx_subnets
     let subnets_cfg = if c.nat.deterministic.is_some() { &[][..] } else { &c.nat.subscribers[..] };
-    let mut subnets = [nx_subnet::default(); NX_SUBNETS];
-    if subnets_cfg.len() > NX_SUBNETS {
-        flags |= 32; // NX_CF_SUBNET_TRIE
+    let mut subnets = [nx_subnet::default(); SUBNETS];
+    if subnets_cfg.len() > SUBNETS {
+        flags |= CF_SUBNET_TRIE;
     } else {
         for (slot, n) in subnets.iter_mut().zip(subnets_cfg) {
             *slot = nx_subnet { net: ip_be(n.network()), mask: ip_be(n.netmask()) };
@@ -313,9 +310,9 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         to_icmp: ticks(c.timeouts.icmp),
         flags,
         filtering: match c.nat.filtering {
-            Filtering::EndpointIndependent => 0,
-            Filtering::AddressDependent => 1,
-            Filtering::AddressAndPortDependent => 2,
+            Filtering::EndpointIndependent => FILTER_EIF,
+            Filtering::AddressDependent => FILTER_ADF,
+            Filtering::AddressAndPortDependent => FILTER_APDF,
         },
         port_lo: c.pool.port_lo,
         port_hi: c.pool.port_hi,
@@ -359,9 +356,6 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         pad2: 0,
     }
 }
-
-/// Subscriber prefixes nx_config holds (NX_SUBNETS in bpf/nx_types.h); more go to the trie.
-pub const NX_SUBNETS: usize = 8;
 
 /// fib_cache.max_age in jiffies of a kernel running at `hz`: rounded up, at least one (an
 /// answer is reused within the jiffy it was got in at the least); 0 when the cache is off.
@@ -596,7 +590,15 @@ impl Dataplane {
             // ... and where each endpoint's walk starts (the parity) and how far it goes
             // (both modes' walks start on the endpoint's parity when port parity is on)
             let walk = |c: &nx_config| {
-                (c.det_base, c.det_count, c.det_per_addr, c.det_ports, c.det_probe, c.home_probe, c.flags & 1)
+                (
+                    c.det_base,
+                    c.det_count,
+                    c.det_per_addr,
+                    c.det_ports,
+                    c.det_probe,
+                    c.home_probe,
+                    c.flags & CF_PORT_PARITY,
+                )
             };
             if walk(&old) != walk(&new) {
                 return Err(DataplaneError::Incompatible {
@@ -650,7 +652,7 @@ impl Dataplane {
             m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
         }
         // nat.subscribers beyond what nx_config holds (NX_CF_SUBNET_TRIE)
-        if cfg.nat.deterministic.is_none() && cfg.nat.subscribers.len() > NX_SUBNETS {
+        if cfg.nat.deterministic.is_none() && cfg.nat.subscribers.len() > SUBNETS {
             let m = &self.skel.maps.nx_subnets;
             for net in &cfg.nat.subscribers {
                 let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
@@ -677,16 +679,16 @@ impl Dataplane {
             let key = nx_map_key { in_ip, in_port: in_port.to_be(), proto: f.proto, pad: 0 };
             wanted.insert(crate::tables::bytes_of(&key).to_vec());
             let idx = crate::tables::port_index(addr_idx as u32, f.proto, f.outside.port());
-            let word = (PORT_STATIC << PORT_STATE_SHIFT) | ((in_ip as u64) << 16) | in_port as u64;
+            let word = port_tag(PORT_STATIC) | ((in_ip as u64) << PORT_IP_SHIFT) | in_port as u64;
             let cur = t.port_word(addr_idx as u32, f.proto, f.outside.port())?;
             let existing = t.mapping(&key)?;
-            let ours = existing.is_some_and(|m| m.flags & 1 != 0);
+            let ours = existing.is_some_and(|m| m.flags & MF_STATIC != 0);
             if (cur != 0 && cur != word) || (existing.is_some() && !ours) {
                 pending += 1;
                 continue;
             }
             if !ours {
-                let mut a = nx_reap_args { op: NX_CTL_STATIC_ADD, n: 1, ..Default::default() };
+                let mut a = nx_reap_args { op: CTL_STATIC_ADD, n: 1, ..Default::default() };
                 // SAFETY: writing the union member the op names.
                 unsafe {
                     a.__anon_nx_reap_args_1.statics[0] = nx_static_map {
@@ -713,10 +715,10 @@ impl Dataplane {
         // forwards that are no longer configured
         let now_s = (crate::tables::now_ns() / 1_000_000_000) as u32;
         for (k, m) in t.mappings()? {
-            if m.flags & 1 == 0 || wanted.contains(bytes_of(&k)) {
+            if m.flags & MF_STATIC == 0 || wanted.contains(bytes_of(&k)) {
                 continue;
             }
-            let mut a = nx_reap_args { op: NX_CTL_STATIC_DEL, n: 1, ..Default::default() };
+            let mut a = nx_reap_args { op: CTL_STATIC_DEL, n: 1, ..Default::default() };
             // SAFETY: writing the union member the op names.
             unsafe { a.__anon_nx_reap_args_1.maps[0] = k };
             self.ctl(&mut a)?;
@@ -750,13 +752,13 @@ impl Dataplane {
         if v >> PORT_STATE_SHIFT != PORT_STATIC {
             return Ok(());
         }
-        let held = (PORT_HELD << PORT_STATE_SHIFT) | now_s as u64;
+        let held = port_tag(PORT_HELD) | now_s as u64;
         if let Some((gid, _)) = crate::tables::block_of(&cfg, addr_idx, u32::from(port)) {
             if let Some(b) = blocks.words().get(gid as usize) {
                 // counted first: a sweep that frees the word right after finds it counted
-                b.fetch_add(1 << 32, Ordering::AcqRel);
+                b.fetch_add(BLOCK_USED_ONE, Ordering::AcqRel);
                 if w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-                    b.fetch_sub(1 << 32, Ordering::AcqRel);
+                    b.fetch_sub(BLOCK_USED_ONE, Ordering::AcqRel);
                 }
                 return Ok(());
             }
@@ -792,7 +794,7 @@ impl Dataplane {
             }
             v.nmacs = i.macs.len().min(v.macs.len()) as u32;
             t.ifaces.update(&k, bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
-            if i.ifindex < 1024 {
+            if i.ifindex < IFROLE_DIRECT {
                 // NX_IFROLE_DIRECT: this instance's own array, read per packet
                 self.skel
                     .maps

@@ -18,17 +18,15 @@ use std::sync::atomic::Ordering;
 use libbpf_rs::{MapCore, ProgramInput};
 use tracing::debug;
 
+use crate::abi::{
+    port_tag, BLOCK_USED_ONE, MF_STATIC, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT,
+    PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS, REAP_SESSIONS, REAP_SUBS,
+};
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
     block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, now_ns,
-    now_tick, read_pod, walk_home, MmapWords, TableError, Tables, PORT_HELD, PORT_NSESS_MAX,
-    PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
+    now_tick, port_index_parts, port_word_ip, read_pod, walk_home, MmapWords, TableError, Tables,
 };
-
-const NX_REAP_SESSIONS: u32 = 1;
-const NX_REAP_MAPPINGS: u32 = 2;
-const NX_REAP_SUBS: u32 = 5;
-const BATCH: usize = 64;
 
 /// What one sweep did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +98,7 @@ impl Sweeper {
             t.sessions()?.into_iter().filter(|(_, s)| expired(s.expire)).map(|(k, _)| k).collect();
         for chunk in cands.chunks(BATCH) {
             let mut a =
-                nx_reap_args { op: NX_REAP_SESSIONS, n: chunk.len() as u32, now_s, ..Default::default() };
+                nx_reap_args { op: REAP_SESSIONS, n: chunk.len() as u32, now_s, ..Default::default() };
             // SAFETY: writing the union's session view; the op field says which view.
             unsafe { a.__anon_nx_reap_args_1.sess[..chunk.len()].copy_from_slice(chunk) };
             self.run(reaper, &mut a)?;
@@ -123,12 +121,12 @@ impl Sweeper {
         let cands: Vec<nx_map_key> = t
             .table_mappings()?
             .into_iter()
-            .filter(|(_, m)| m.nsess == 0 && m.flags & 1 == 0 && expired(m.expire))
+            .filter(|(_, m)| m.nsess == 0 && m.flags & MF_STATIC == 0 && expired(m.expire))
             .map(|(k, _)| k)
             .collect();
         for chunk in cands.chunks(BATCH) {
             let mut a =
-                nx_reap_args { op: NX_REAP_MAPPINGS, n: chunk.len() as u32, now_s, ..Default::default() };
+                nx_reap_args { op: REAP_MAPPINGS, n: chunk.len() as u32, now_s, ..Default::default() };
             // SAFETY: as above, the mapping view.
             unsafe { a.__anon_nx_reap_args_1.maps[..chunk.len()].copy_from_slice(chunk) };
             self.run(reaper, &mut a)?;
@@ -163,8 +161,8 @@ impl Sweeper {
             if now_s.wrapping_sub(released) < hold {
                 continue;
             }
-            let (addr_idx, port) = ((idx >> 16) as u32 / 3, (idx & 0xffff) as u32);
-            let block = block_of(&cfg, addr_idx, port);
+            let (addr_idx, _, port) = port_index_parts(idx);
+            let block = block_of(&cfg, addr_idx, u32::from(port));
             if let Some((gid, first)) = block {
                 let owner = blocks.get(gid as usize).map_or(0, |b| b.load(Ordering::Relaxed) as u32);
                 if owner != 0 && walk_home(&cfg, owner) == Some(gid) {
@@ -187,7 +185,7 @@ impl Sweeper {
             r.ports_freed += 1;
             let Some((gid, _)) = block else { continue };
             if let Some(b) = blocks.get(gid as usize) {
-                let after = b.fetch_sub(1 << 32, Ordering::AcqRel) - (1 << 32);
+                let after = b.fetch_sub(BLOCK_USED_ONE, Ordering::AcqRel) - BLOCK_USED_ONE;
                 if block_used(after) == 0 && after as u32 != 0 {
                     // owned and empty: back to the pool, unless the fast path reserved it
                     // again meanwhile (then the exchange fails and the owner keeps it)
@@ -234,7 +232,7 @@ impl Sweeper {
             .map(|(ip, _)| ip)
             .collect();
         for chunk in gone.chunks(BATCH) {
-            let mut a = nx_reap_args { op: NX_REAP_SUBS, n: chunk.len() as u32, now_s, ..Default::default() };
+            let mut a = nx_reap_args { op: REAP_SUBS, n: chunk.len() as u32, now_s, ..Default::default() };
             // SAFETY: the union's subscriber view, as op says.
             unsafe { a.__anon_nx_reap_args_1.subs[..chunk.len()].copy_from_slice(chunk) };
             self.run(reaper, &mut a)?;
@@ -292,7 +290,7 @@ impl Sweeper {
             {
                 continue;
             }
-            let port = (idx & 0xffff) as u32;
+            let port = u32::from(port_index_parts(idx).2);
             let Some(first) = det_first(cfg, port) else {
                 // outside every range (never claimed in this mode): nothing walks past it
                 if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -327,15 +325,15 @@ pub fn range_word_needed(
     probe: u32,
     start: impl Fn(u32, u32, u16) -> u32,
 ) -> bool {
-    let k = (idx & 0xffff) as u32 - first;
+    let (_, pidx, port) = port_index_parts(idx);
+    let k = u32::from(port) - first;
     let base = idx - k as usize;
-    let pidx = ((idx >> 16) % 3) as u32;
     det_word_needed(
         k,
         n,
         probe,
         |o| words[base + o as usize].load(Ordering::Relaxed),
-        |rv| start((rv >> 16) as u32, pidx, rv as u16),
+        |rv| start(port_word_ip(rv), pidx, rv as u16),
     )
 }
 
@@ -350,7 +348,7 @@ fn idle_word(
     v: u64,
     now_s: u32,
 ) -> bool {
-    let held = PORT_HELD << PORT_STATE_SHIFT | now_s as u64;
+    let held = port_tag(PORT_HELD) | now_s as u64;
     if idle_last.contains(&(idx, v))
         && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     {

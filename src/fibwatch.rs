@@ -38,8 +38,7 @@ use crate::tables::MmapWords;
 
 /// NX_FIBC_BY_DST and NX_FIBC_GEN_STEP of bpf/nx_types.h; the word is the first u64 of
 /// struct nx_fibc_gen, the sign of life the second.
-pub const BY_DST: u64 = 1;
-pub const GEN_STEP: u64 = 2;
+pub use crate::abi::{FIBC_BY_DST as BY_DST, FIBC_GEN_STEP as GEN_STEP};
 
 // linux/rtnetlink.h, linux/neighbour.h, linux/fib_rules.h, linux/netlink.h
 const RTMGRP_LINK: u32 = 1 << 0;

@@ -23,6 +23,7 @@ pub mod bench_skel {
     }
 }
 
+pub mod abi;
 pub mod bench;
 pub mod check;
 pub mod clock;

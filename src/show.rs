@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::abi::{PROTO_TCP, SF_INBOUND, SF_PERMIT, TAB_MAPS, TAB_SESS};
 use crate::dataplane::ip_from_be;
 use crate::skel::types::nx_map_key;
 use crate::tables::{
@@ -31,7 +32,7 @@ pub fn sessions(t: &Tables) -> Result<Vec<SessionRow>, TableError> {
         .sessions()?
         .into_iter()
         // address-dependent filtering records are filter state, not connections
-        .filter(|(_, s)| s.flags & 2 == 0)
+        .filter(|(_, s)| s.flags & SF_PERMIT == 0)
         .map(|(k, s)| {
             let mk = nx_map_key { in_ip: k.in_ip, in_port: k.in_port, proto: k.proto, pad: 0 };
             let outside = maps
@@ -43,9 +44,9 @@ pub fn sessions(t: &Tables) -> Result<Vec<SessionRow>, TableError> {
                 inside: format!("{}:{}", ip_from_be(k.in_ip), u16::from_be(k.in_port)),
                 outside,
                 remote: format!("{}:{}", ip_from_be(k.rem_ip), u16::from_be(k.rem_port)),
-                state: if k.proto == 6 { tcp_state_name(s.state) } else { "active" },
+                state: if k.proto == PROTO_TCP { tcp_state_name(s.state) } else { "active" },
                 expires_in: ticks_to_secs(s.expire, now).max(0),
-                direction: if s.flags & 1 != 0 { "in" } else { "out" },
+                direction: if s.flags & SF_INBOUND != 0 { "in" } else { "out" },
             }
         })
         .collect();
@@ -135,7 +136,7 @@ pub fn stats(t: &Tables) -> Result<Stats, TableError> {
     let shape = |tab: usize| -> Result<TableShape, TableError> {
         Ok(TableShape { max_entries: cfg.tab_max[tab], health: t.tab_health(tab)? })
     };
-    let (session_table, mapping_table) = (shape(crate::tables::TAB_SESS)?, shape(crate::tables::TAB_MAPS)?);
+    let (session_table, mapping_table) = (shape(TAB_SESS)?, shape(TAB_MAPS)?);
     let sub = t.sub_health()?;
     let det = t.det_health()?;
     let home = t.home_health()?;

@@ -5,6 +5,7 @@
 //! layouts, and those layouts are the C structs of `bpf/nx_types.h` as the skeleton
 //! generated them.
 
+use std::mem::offset_of;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +13,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use thiserror::Error;
 
+use crate::abi::{
+    sub_state, BLOCK_USED_MASK, BLOCK_USED_SHIFT, CF_PORT_PARITY, DET_KEY, HOME_KEY, MAPS_W0_KEY, MF_DET,
+    PORT_INDEX_SHIFT, PORT_IP_SHIFT, PROTO_ICMP, PROTO_OF_IDX, PROTO_TCP, PROTO_UDP, P_ICMP, P_TCP, P_UDP,
+    SESS_W0_KEY, SLOT_ALT, SLOT_CTL_SHIFT, SLOT_GEN_MASK, SLOT_LIVE, SLOT_OVF_OFF, SLOT_STATE_MASK,
+    SUB_HASH_K1, TAB_PROBE, TAB_SUBS, TCP_STATE_NAMES,
+};
+use crate::abi::{
+    BLOCK_MIXED, NPROTO, PORT_FREE, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
+    SUB_LIVE, SUB_PROBE, SUB_TOMB, TAB_MAPS, TAB_SESS, TICK_SHIFT,
+};
 use crate::skel::types::{nx_config, nx_map, nx_map_key, nx_sess, nx_sess_key, nx_stat, nx_sub};
 
 /// Every pinned map, by the name it has in the BPF object and under the pin directory.
@@ -34,28 +45,6 @@ pub const MAP_NAMES: [&str; 16] = [
     "nx_det_nsess",
 ];
 
-/// Port word states (bits 63..62 of an `nx_ports` entry, see nx_types.h).
-pub const PORT_STATE_SHIFT: u32 = 62;
-pub const PORT_FREE: u64 = 0;
-pub const PORT_USED: u64 = 1;
-pub const PORT_HELD: u64 = 2;
-pub const PORT_STATIC: u64 = 3;
-/// Length of one tick of the data plane's clock, in nanoseconds (2^NX_TICK_SHIFT).
-pub const TICK_SHIFT: u32 = 24;
-pub const NPROTO: u32 = 3;
-
-/// Open-addressed tables (see bpf/nx_tab.h): ids, slot layout, probe bound.
-pub const TAB_SESS: usize = 0;
-pub const TAB_MAPS: usize = 1;
-const SLOT_CTL_SHIFT: u32 = 56;
-const SLOT_LIVE: u64 = 2;
-const SLOT_STATE_MASK: u64 = 3 << SLOT_CTL_SHIFT;
-const SLOT_GEN_MASK: u64 = 0x1f << 59;
-const SLOT_ALT: u64 = 1 << 58;
-const SESS_W0_KEY: u64 = 0x0000_00ff_ffff_ffff;
-const MAPS_W0_KEY: u64 = 0x00ff_ffff_ffff_ffff;
-const TAB_PROBE: u32 = 32;
-
 /// Home buckets (two slots each) of a table configured for `max` entries: 80% full at
 /// `max`. The array has TAB_PROBE buckets more (`tab_slots`): a search never wraps.
 pub fn tab_buckets(max: u32) -> u32 {
@@ -70,7 +59,6 @@ pub fn tab_slots(max: u32) -> u32 {
 
 /// The subscriber table (bpf/nx_subs.h): home slots for `max` subscribers (half full at
 /// most), and the array's length (NX_SUB_PROBE slots more: a search never wraps).
-pub const SUB_PROBE: u32 = 256;
 pub fn sub_home_slots(max: u32) -> u32 {
     (max as u64 * 2).clamp(1, (i32::MAX as u64) - SUB_PROBE as u64) as u32
 }
@@ -79,22 +67,10 @@ pub fn sub_slots(max: u32) -> u32 {
     sub_home_slots(max) + SUB_PROBE
 }
 
-/// Subscriber key word states (bits 33..32 of `nx_sub.key`).
-pub const SUB_LIVE: u64 = 2;
-pub const SUB_TOMB: u64 = 3;
-/// The second hash word of subscriber keys (NX_SUB_HASH_K1).
-const SUB_HASH_K1: u64 = 0x5355_4253_5542_5355;
-
 /// A subscriber's home slot (bpf/nx_subs.h, nx_sub_home).
 pub fn sub_home(h: u64, nslots: u32) -> u32 {
     (((h >> 32) * nslots as u64) >> 32) as u32
 }
-
-/// Deterministic mode (bpf/nx_det.h): the key that keeps the walk's hash apart (NX_DET_KEY).
-const DET_KEY: u64 = 0x6e78_6465_7421;
-/// Port word bits 61..48 of a deterministic mapping: its sessions (NX_PORT_NSESS_*).
-pub const PORT_NSESS_SHIFT: u32 = 48;
-pub const PORT_NSESS_MAX: u64 = 0x3fff;
 
 /// Where the walk of inside endpoint (`in_ip` as the data plane stores it, protocol index
 /// `pidx`, inside port `in_port` in host order) starts in a deterministic range beginning
@@ -120,19 +96,17 @@ fn walk_start(
 ) -> u32 {
     let pp = pidx << 16 | u32::from(in_port);
     let h = tab_hash((in_ip as u64) << 32 | pp as u64, key, cfg.tab_seed);
-    let par = if cfg.flags & 1 != 0 && pidx != 2 { (pp ^ first) & 1 } else { (h >> 40) as u32 & 1 };
+    let par = if cfg.flags & CF_PORT_PARITY != 0 && pidx != P_ICMP {
+        (pp ^ first) & 1
+    } else {
+        (h >> 40) as u32 & 1
+    };
     2 * ((h as u32) % npairs.max(1)) + par
 }
 
-/// Dynamic mode (bpf/nx_home.h): the key of the home walk's hash (NX_HOME_KEY).
-const HOME_KEY: u64 = 0x6e78_686f_6d65;
-
-/// Bit 63 of a block word: MIXED (nx_types.h). Bits 62..32 count the block's ports.
-pub const BLOCK_MIXED: u64 = 1 << 63;
-
-/// Ports of a block word counted in use (USED or HELD).
+/// Ports of a block word counted in use (USED or HELD; NX_BLOCK_USED).
 pub fn block_used(w: u64) -> u64 {
-    (w >> 32) & 0x7fff_ffff
+    (w >> BLOCK_USED_SHIFT) & BLOCK_USED_MASK
 }
 
 /// Subscriber `ip`'s home block (global block id), as nx_home_block computes it; None
@@ -168,9 +142,10 @@ pub fn walk_home(cfg: &nx_config, ip: u32) -> Option<u32> {
 /// Whether USED port word `v` at nx_ports index `idx` is a mapping itself, in dynamic mode:
 /// it lies in the home block of the subscriber it names (bpf/nx_home.h, nx_word_is_map).
 pub fn is_home_word(cfg: &nx_config, idx: usize, v: u64) -> bool {
-    let (addr, port) = ((idx >> 16) as u32 / NPROTO, (idx & 0xffff) as u32);
+    let (addr, _, port) = port_index_parts(idx);
     v >> PORT_STATE_SHIFT == PORT_USED
-        && block_of(cfg, addr, port).is_some_and(|(gid, _)| walk_home(cfg, (v >> 16) as u32) == Some(gid))
+        && block_of(cfg, addr, u32::from(port))
+            .is_some_and(|(gid, _)| walk_home(cfg, port_word_ip(v)) == Some(gid))
 }
 
 /// Where offset `k` of a deterministic range of `n` ports comes in the walk that starts at
@@ -318,32 +293,44 @@ pub fn ticks_to_secs(expire: u32, now: u32) -> i64 {
 
 pub fn proto_name(p: u8) -> &'static str {
     match p {
-        6 => "tcp",
-        17 => "udp",
-        1 => "icmp",
+        PROTO_TCP => "tcp",
+        PROTO_UDP => "udp",
+        PROTO_ICMP => "icmp",
         _ => "other",
     }
 }
 
+/// A protocol's index in per-protocol tables (bpf/nx_parse.h, nx_proto_idx).
 pub fn proto_idx(p: u8) -> u32 {
     match p {
-        6 => 0,
-        17 => 1,
-        _ => 2,
+        PROTO_TCP => P_TCP,
+        PROTO_UDP => P_UDP,
+        _ => P_ICMP,
     }
 }
 
+/// A session's TCP state by name (TCP_STATE_NAMES); "open" for one it does not know.
 pub fn tcp_state_name(s: u8) -> &'static str {
-    match s {
-        1 => "syn_out",
-        2 => "syn_in",
-        3 => "established",
-        4 => "fin_out",
-        5 => "fin_in",
-        6 => "fin_both",
-        7 => "rst",
-        _ => "open",
-    }
+    TCP_STATE_NAMES.iter().find(|(st, _)| st.0 == u32::from(s)).map_or("open", |(_, n)| n)
+}
+
+/// The inside address a port word names (NX_PORT_WORD_IP).
+pub fn port_word_ip(w: u64) -> u32 {
+    (w >> PORT_IP_SHIFT) as u32
+}
+
+/// Pool index, protocol index and outside port of an `nx_ports` index (nx_port_index).
+pub fn port_index_parts(idx: usize) -> (u32, u32, u16) {
+    let hi = (idx >> PORT_INDEX_SHIFT) as u32;
+    (hi / NPROTO, hi % NPROTO, idx as u16)
+}
+
+/// A bucket's overflow and alt counts (bpf/nx_tab.h: the u32 at NX_SLOT_OVF_OFF of its
+/// first and of its second slot), from the table's words.
+fn bucket_counts(w: &[AtomicU64], b: usize) -> (u64, u64) {
+    let (word, shift) = (SLOT_OVF_OFF / 8, (SLOT_OVF_OFF % 8) * 8);
+    let count = |slot: usize| (w[(b * 2 + slot) * 4 + word].load(Ordering::Acquire) >> shift) & 0xffff_ffff;
+    (count(0), count(1))
 }
 
 /// Counter names, in the order of `enum nx_stat`: the names `natrix stats` prints.
@@ -662,12 +649,12 @@ impl Tables {
             }
             let bpa = usize::from(cfg.blocks_per_addr);
             let (addr, first) = (gid / bpa, usize::from(cfg.port_lo) + gid % bpa * bs);
-            for pidx in 0..NPROTO as usize {
-                let base = (addr * NPROTO as usize + pidx) << 16 | first;
+            for pidx in 0..NPROTO {
+                let base = port_index_pidx(addr as u32, pidx, first as u32);
                 let Some(range) = words.get(base..base + bs) else { continue };
                 for (idx, w) in (base..).zip(range) {
                     let v = w.load(Ordering::Relaxed);
-                    if (v >> 16) as u32 == owner {
+                    if port_word_ip(v) == owner {
                         if let Some(m) = word_mapping(&pool, idx, v) {
                             out.push((m.key, m));
                         }
@@ -721,7 +708,10 @@ impl Tables {
             }
             let at = (i / 2) as u32;
             let d = at.saturating_sub(home);
-            let p = proto_idx((w0 >> if tab == TAB_SESS { 32 } else { 48 }) as u8) as usize;
+            // the protocol's byte in the slot's first word
+            let byte =
+                if tab == TAB_SESS { offset_of!(nx_sess, proto) } else { offset_of!(nx_map_key, proto) };
+            let p = proto_idx((w0 >> (8 * byte)) as u8) as usize;
             h.live_by_proto[p] += 1;
             if w0 & SLOT_ALT != 0 || d > 0 {
                 h.away += 1;
@@ -733,12 +723,11 @@ impl Tables {
             }
         }
         for (b, (want, alt_want)) in expected.iter().zip(&alt_expected).enumerate() {
-            let got = w[b * 8 + 3].load(Ordering::Acquire) >> 32;
+            let (got, alt) = bucket_counts(w, b);
             h.overflow_sum += got;
             if got != *want {
                 h.overflow_wrong += 1;
             }
-            let alt = w[b * 8 + 7].load(Ordering::Acquire) >> 32;
             h.alt_sum += alt;
             if alt != *alt_want {
                 h.alt_wrong += 1;
@@ -772,8 +761,7 @@ impl Tables {
                     }
                     return Ok(Some(slot_value::<V>(std::array::from_fn(|i| e[i].load(Ordering::Acquire)))));
                 }
-                let first = &w[b as usize * 2 * 4..][..4];
-                if first[3].load(Ordering::Acquire) >> 32 == 0 {
+                if bucket_counts(w, b as usize).0 == 0 {
                     break;
                 }
                 b += 1;
@@ -790,7 +778,7 @@ impl Tables {
         let mut out = Vec::new();
         for e in m.words().chunks_exact(WORDS) {
             let k = e[0].load(Ordering::Acquire);
-            if (k >> 32) & 3 != SUB_LIVE {
+            if sub_state(k) != SUB_LIVE {
                 continue;
             }
             let mut b = [0u8; WORDS * 8];
@@ -814,7 +802,7 @@ impl Tables {
         for (i, e) in m.words().chunks_exact(WORDS).enumerate() {
             h.slots += 1;
             let k = e[0].load(Ordering::Acquire);
-            match (k >> 32) & 3 {
+            match sub_state(k) {
                 SUB_LIVE => {
                     h.live += 1;
                     let home = sub_home(tab_hash(k as u32 as u64, SUB_HASH_K1, cfg.tab_seed), cfg.sub_nslots);
@@ -845,18 +833,18 @@ impl Tables {
         let mut h = DetHealth { subscribers: cfg.det_count, ports_each: cfg.det_ports, ..Default::default() };
         for i in 0..cfg.det_count {
             let (a, first) = (i / per, u32::from(cfg.port_lo) + (i % per) * n);
-            for pidx in 0..3u32 {
-                let base = ((a * 3 + pidx) << 16 | first) as usize;
+            for pidx in 0..NPROTO {
+                let base = port_index_pidx(a, pidx, first);
                 let Some(range) = words.get(base..base + n as usize) else { continue };
                 let mut free = 0;
                 for (k, w) in range.iter().enumerate() {
                     let v = w.load(Ordering::Relaxed);
                     match v >> PORT_STATE_SHIFT {
-                        0 => free += 1,
+                        PORT_FREE => free += 1,
                         PORT_HELD => h.held += 1,
                         PORT_USED => {
                             h.mappings += 1;
-                            let c = det_start(&cfg, (v >> 16) as u32, pidx, v as u16, first);
+                            let c = det_start(&cfg, port_word_ip(v), pidx, v as u16, first);
                             if let Some(pos) = det_walk_pos(c, k as u32, probe, n) {
                                 h.fallen_back += u64::from(pos >= probe);
                                 h.longest_walk = h.longest_walk.max(pos + 1);
@@ -893,13 +881,13 @@ impl Tables {
             h.mixed += u64::from(bw & BLOCK_MIXED != 0);
             let (addr, first) = (gid as u32 / bpa, u32::from(cfg.port_lo) + gid as u32 % bpa * bs);
             for pidx in 0..NPROTO {
-                let base = ((addr * NPROTO + pidx) << 16 | first) as usize;
+                let base = port_index_pidx(addr, pidx, first);
                 let Some(range) = words.get(base..base + bs as usize) else { continue };
                 for (k, w) in range.iter().enumerate() {
                     let v = w.load(Ordering::Relaxed);
                     match v >> PORT_STATE_SHIFT {
                         PORT_HELD => h.held += 1,
-                        PORT_USED if (v >> 16) as u32 == owner => {
+                        PORT_USED if port_word_ip(v) == owner => {
                             h.mappings += 1;
                             let c = home_start(&cfg, owner, pidx, v as u16, first);
                             if let Some(pos) = det_walk_pos(c, k as u32, probe, bs) {
@@ -919,7 +907,7 @@ impl Tables {
     pub fn subscriber_count(&self) -> Result<u32> {
         let v = self
             .tab_cnt
-            .lookup(&2u32.to_ne_bytes(), MapFlags::ANY)
+            .lookup(&(TAB_SUBS as u32).to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("nx_tab_cnt"))?
             .unwrap_or_default();
         Ok(if v.len() >= 4 { read_pod::<u32>(&v) } else { 0 })
@@ -1075,26 +1063,33 @@ fn word_mapping(pool: &[Ipv4Addr], idx: usize, v: u64) -> Option<nx_map> {
     if v >> PORT_STATE_SHIFT != PORT_USED {
         return None;
     }
-    let (addr, pidx, port) = ((idx >> 16) / 3, (idx >> 16) % 3, (idx & 0xffff) as u16);
-    let out_ip = pool.get(addr)?;
+    let (addr, pidx, port) = port_index_parts(idx);
+    let out_ip = pool.get(addr as usize)?;
     let key = nx_map_key {
-        in_ip: (v >> 16) as u32,
+        in_ip: port_word_ip(v),
         in_port: (v as u16).to_be(),
-        proto: [6u8, 17, 1][pidx],
+        proto: PROTO_OF_IDX[pidx as usize],
         pad: 0,
     };
     Some(nx_map {
         key,
         out_ip: u32::from_ne_bytes(out_ip.octets()),
         out_port: port.to_be(),
-        flags: 2,
+        flags: MF_DET,
         nsess: ((v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX) as u32,
         ..Default::default()
     })
 }
 
+/// The `nx_ports` index of outside `port` of pool index `addr_idx`, protocol index `pidx`
+/// (bpf/nx_alloc.h, nx_port_index).
+pub fn port_index_pidx(addr_idx: u32, pidx: u32, port: u32) -> usize {
+    (((addr_idx * NPROTO + pidx) << PORT_INDEX_SHIFT) | port) as usize
+}
+
+/// The same for a protocol number.
 pub fn port_index(addr_idx: u32, proto: u8, port: u16) -> u32 {
-    ((addr_idx * NPROTO + proto_idx(proto)) << 16) | port as u32
+    port_index_pidx(addr_idx, proto_idx(proto), u32::from(port)) as u32
 }
 
 /// A BPF_F_MMAPABLE array map seen as shared u64 words: the daemon uses the same atomic

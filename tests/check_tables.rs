@@ -12,9 +12,13 @@ use std::time::Duration;
 
 use common::pkt::*;
 use libbpf_rs::MapCore;
+use natrix::abi::{
+    sub_key, MAPS_W0_KEY, SLOT_CTL_SHIFT, SLOT_GEN_MASK, SLOT_LIVE, SLOT_STATE_MASK, SUB_LIVE,
+};
 use natrix::check::{check_once, check_tables, Options, Report};
 use natrix::dataplane::ip_be;
-use natrix::tables::{MmapWords, Tables, PORT_HELD, PORT_STATE_SHIFT, PORT_USED};
+use natrix::skel::types::{nx_map_key, nx_sess_key};
+use natrix::tables::{MmapWords, Tables};
 
 fn short() -> Cfg {
     Cfg::default()
@@ -93,24 +97,25 @@ fn healthy_tables_report_nothing() {
 
 /// The 32-byte slot of the mapping table holding (ip, port, proto); its word index.
 fn map_slot(w: &MmapWords, ip: Ipv4Addr, port: u16, proto: u8) -> usize {
-    let key = ip_be(ip) as u64 | (port.to_be() as u64) << 32 | (proto as u64) << 48;
+    let key = natrix::tables::map_k0(&nx_map_key { in_ip: ip_be(ip), in_port: port.to_be(), proto, pad: 0 });
     w.words()
         .chunks_exact(4)
         .position(|e| {
             let w0 = e[0].load(Ordering::Acquire);
-            (w0 >> 56) & 3 == 2 && w0 & 0x00ff_ffff_ffff_ffff == key
+            (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT == SLOT_LIVE && w0 & MAPS_W0_KEY == key
         })
         .map(|i| i * 4)
         .unwrap_or_else(|| panic!("expected the mapping of {ip}:{port} in the table"))
 }
 
-/// The word index of the subscriber entry of `ip` in nx_subs (24 words an entry).
+/// The word index of the subscriber entry of `ip` in nx_subs.
 fn sub_entry(w: &MmapWords, ip: Ipv4Addr) -> usize {
-    let want = 2u64 << 32 | ip_be(ip) as u64;
+    let want = sub_key(SUB_LIVE, ip_be(ip));
+    let words = std::mem::size_of::<natrix::skel::types::nx_sub>() / 8;
     w.words()
-        .chunks_exact(24)
+        .chunks_exact(words)
         .position(|e| e[0].load(Ordering::Acquire) == want)
-        .map(|i| i * 24)
+        .map(|i| i * words)
         .unwrap_or_else(|| panic!("expected a subscriber entry of {ip}"))
 }
 
@@ -175,7 +180,7 @@ fn corruption_is_named() {
         let sw = sess.words();
         let slot = (0..sw.len() / 4)
             .filter(|i| i % 2 == 1)
-            .find(|i| (sw[i * 4].load(Ordering::Acquire) >> 56) & 3 == 0)
+            .find(|i| (sw[i * 4].load(Ordering::Acquire) & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT == 0)
             .expect("an empty slot")
             * 4;
         let old: Vec<u64> = (0..4).map(|j| sw[slot + j].load(Ordering::Acquire)).collect();
@@ -184,11 +189,13 @@ fn corruption_is_named() {
         sw[slot + 2].store(out_ip as u64 | expire << 32, Ordering::Release);
         sw[slot + 3].store(old[3] & !0xffff_ffff | 44444u16.to_be() as u64, Ordering::Release);
         sw[slot].store(
-            40000u16.to_be() as u64
-                | (53u16.to_be() as u64) << 16
-                | (UDP as u64) << 32
-                | (old[0] & 0xf8 << 56)
-                | 2 << 56,
+            natrix::tables::sess_k0(&nx_sess_key {
+                in_port: 40000u16.to_be(),
+                rem_port: 53u16.to_be(),
+                proto: UDP,
+                ..Default::default()
+            }) | (old[0] & SLOT_GEN_MASK)
+                | SLOT_LIVE << SLOT_CTL_SHIFT,
             Ordering::Release,
         );
         let r = once();
@@ -223,9 +230,13 @@ fn walk_word_corruption_is_named() {
         assert_healthy(t, "before");
         let addr = env.pool_index(oip);
         let w = env.port_word(addr, UDP, oport);
-        assert_eq!(w >> 48 & 0x3fff, 1, "expected a walk word counting its session: {w:#x}");
+        assert_eq!(
+            w >> natrix::abi::PORT_NSESS_SHIFT & natrix::abi::PORT_NSESS_MAX,
+            1,
+            "expected a walk word counting its session: {w:#x}"
+        );
         let idx = natrix::tables::port_index(addr, UDP, oport);
-        let bad = w + (1 << 48);
+        let bad = w + (1 << natrix::abi::PORT_NSESS_SHIFT);
         t.ports.update(&idx.to_ne_bytes(), &bad.to_ne_bytes(), libbpf_rs::MapFlags::ANY).expect("write");
         assert_found(
             &check_once(t, &Options::default()).expect("check"),
@@ -315,7 +326,7 @@ fn a_removed_static_forward_is_held_then_freed_with_its_block_count() {
         .raw("[[forward]]\nproto = \"udp\"\noutside = \"203.0.113.16:5353\"\ninside = \"100.64.0.2:53\"");
     with_env(&c, |env| {
         let gid = env.block_of(0, 5353);
-        assert_eq!(env.port_word(0, UDP, 5353) >> PORT_STATE_SHIFT, natrix::tables::PORT_STATIC);
+        assert_eq!(env.port_word(0, UDP, 5353) >> PORT_STATE_SHIFT, PORT_STATIC);
         let before = env.block_word(gid);
         let mut without = env.cfg.clone();
         without.forwards.clear();
@@ -324,8 +335,8 @@ fn a_removed_static_forward_is_held_then_freed_with_its_block_count() {
         assert_eq!(w >> PORT_STATE_SHIFT, PORT_HELD, "expected the forward's port HELD, word {w:#x}");
         let held = env.block_word(gid);
         assert_eq!(
-            (held >> 32) & 0x7fff_ffff,
-            ((before >> 32) & 0x7fff_ffff) + 1,
+            natrix::tables::block_used(held),
+            natrix::tables::block_used(before) + 1,
             "the HELD word counted in its block"
         );
         let r = check_tables(&env.dp.tables).expect("check");

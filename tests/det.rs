@@ -12,8 +12,9 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use common::pkt::*;
+use natrix::abi::{PORT_NSESS_MAX, PORT_NSESS_SHIFT};
 use natrix::dataplane::ip_from_be;
-use natrix::tables::{det_start, PORT_HELD, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED};
+use natrix::tables::det_start;
 
 /// 256 subscribers (100.64.0.0/24) on the 8 pool addresses: 32 to an address, 2016 ports
 /// each of 1024-65535.
@@ -66,7 +67,7 @@ fn into(env: &Env, p: &Pkt, to: Ep, what: &str) {
 }
 
 fn nsess(w: u64) -> u64 {
-    (w >> PORT_NSESS_SHIFT) & 0x3fff
+    (w >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX
 }
 
 /// The address and range follow from the subscriber's address; the first port is the
@@ -83,14 +84,18 @@ fn det_address_and_port_follow_from_the_subscriber() {
             let p = o.1 as u32;
             assert!((first..first + 2016).contains(&p), "{ip}: port {p} outside its range {first}+2016");
             assert_eq!(p % 2, inp as u32 % 2, "{ip}: parity kept");
-            assert_eq!(p, first_candidate(env, ip, 1, inp), "{ip}: the walk's first candidate");
+            assert_eq!(p, first_candidate(env, ip, P_UDP, inp), "{ip}: the walk's first candidate");
             let w = env.port_word(addr, UDP, o.1);
             assert_eq!(w >> PORT_STATE_SHIFT, PORT_USED, "{ip}: port word USED");
             assert_eq!(nsess(w), 1, "{ip}: one session counted in the word");
         }
         let maps = env.mappings();
         assert_eq!(maps.len(), 4, "the port words are the mappings");
-        assert_eq!(env.dp.tables.table_counts().unwrap()[1], 0, "nothing in the mapping table");
+        assert_eq!(
+            env.dp.tables.table_counts().unwrap()[natrix::abi::TAB_MAPS],
+            0,
+            "nothing in the mapping table"
+        );
         assert_eq!(env.subscriber_count(), 0, "no subscriber entries");
     });
 }
@@ -116,7 +121,7 @@ fn det_eim_eif_and_session_counts() {
         // a TCP flow of the same inside port is another protocol's word
         let t = out(env, &Pkt::tcp(sub(5), 40000, SERVER, 80, SYN), "TCP SYN");
         assert_eq!(t.0, oa.0, "paired pooling: same address");
-        assert_eq!(t.1 as u32, first_candidate(env, sub(5), 0, 40000), "TCP's own candidate");
+        assert_eq!(t.1 as u32, first_candidate(env, sub(5), P_TCP, 40000), "TCP's own candidate");
         // a non-SYN without a mapping opens nothing
         let before = env.stats();
         env.expect_verdict(
@@ -145,7 +150,7 @@ fn det_source_outside_the_prefix_is_dropped() {
 fn colliding_ports(env: &Env, ip: Ipv4Addr, n: usize) -> Vec<u16> {
     let mut seen = std::collections::HashMap::<u32, Vec<u16>>::new();
     for p in (20000u16..30000).step_by(2) {
-        let c = first_candidate(env, ip, 1, p);
+        let c = first_candidate(env, ip, P_UDP, p);
         let v = seen.entry(c).or_default();
         v.push(p);
         if v.len() == n {
@@ -166,7 +171,7 @@ fn det_a_held_word_a_live_walk_passes_is_kept_then_reused() {
         let ip = sub(2);
         let (addr, _) = range(env, ip);
         let ps = colliding_ports(env, ip, 3);
-        let c = first_candidate(env, ip, 1, ps[0]) as u16;
+        let c = first_candidate(env, ip, P_UDP, ps[0]) as u16;
         let oa = out(env, &Pkt::udp(ip, ps[0], SERVER, 53), "A");
         let ob = out(env, &Pkt::udp(ip, ps[1], SERVER, 53), "B");
         assert_eq!(oa.1, c, "A on the common candidate");
@@ -282,7 +287,7 @@ fn det_a_held_word_a_fallen_back_walk_passes_is_kept() {
     with_env(&c, |env| {
         let ip = sub(2);
         let (addr, first) = range(env, ip);
-        let start = |p: u16| first_candidate(env, ip, 1, p) - first;
+        let start = |p: u16| first_candidate(env, ip, P_UDP, p) - first;
         let pa = (20000u16..30000).step_by(2).find(|&p| start(p) == 0).expect("a start at 0");
         let pb = (20000u16..30000).step_by(2).find(|&p| start(p) == 2).expect("a start at 2");
         let pc = (pb + 2..30000).step_by(2).find(|&p| p != pa).expect("a third port");
@@ -332,7 +337,7 @@ fn det_whole_address_ranges() {
         for inp in (40000u16..40040).step_by(2) {
             let o = out(env, &Pkt::udp(ip, inp, SERVER, 53), "out");
             assert_eq!(o.0, env.cfg.pool.addresses[4], "its own address");
-            assert_eq!(o.1 as u32, first_candidate(env, ip, 1, inp), "the walk's candidate");
+            assert_eq!(o.1 as u32, first_candidate(env, ip, P_UDP, inp), "the walk's candidate");
             high += (o.1 as u32 - first >= 32768) as u32;
             assert_eq!(out(env, &Pkt::udp(ip, inp, SERVER2, 9), "EIM"), o, "found again");
             into(env, &Pkt::udp(SERVER, 53, o.0, o.1), (ip, inp), "reply");

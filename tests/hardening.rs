@@ -689,7 +689,7 @@ fn flood_outbound_from_one_port_stops_at_the_subscriber_limit() {
     assert!(!refusals.is_empty(), "no ICMP error from natrix reached A: {errors:?}");
     for e in &refusals {
         assert_eq!((e.typ, e.code), (3, 1), "{e:?}");
-        assert_eq!(e.inner_proto, 17, "{e:?}");
+        assert_eq!(e.inner_proto, natrix::abi::PROTO_UDP, "{e:?}");
         assert_eq!(e.inner_src, SocketAddrV4::new(SUB1_IP, 40_000), "{e:?}");
     }
 
@@ -838,7 +838,7 @@ fn refusal_icmp(code_conf: Option<&str>) -> (IcmpError, Option<i32>) {
     assert_eq!(errors.len(), 1, "one ICMP error expected at the subscriber: {errors:?}");
     let e = errors[0].clone();
     assert_eq!(e.from, GW_LAN0, "{e:?}");
-    assert_eq!(e.inner_proto, 17, "{e:?}");
+    assert_eq!(e.inner_proto, natrix::abi::PROTO_UDP, "{e:?}");
     assert_eq!(e.inner_src, SocketAddrV4::new(SUB1_IP, local_of(&flows[2]).port()), "{e:?}");
     assert_eq!(e.inner_dst, srv_addr, "{e:?}");
     (e, sock_err)

@@ -93,10 +93,8 @@ fn assert_state(env: &Env, in_ep: Ep, rem: Ep, want: u8, what: &str) {
     );
 }
 
-const USED_TAG: u64 = PORT_USED << 62;
-
 fn port_state(w: u64) -> u64 {
-    w >> 62
+    natrix::abi::port_state(w)
 }
 
 /// The home block of subscriber `ip` (bpf/nx_alloc.h, nx_home_block), worked out here
@@ -152,7 +150,7 @@ fn check_allocation(env: &Env, what: &str) {
     let maps = env.mappings();
     let mut nsess: HashMap<(u32, u16, u8), u64> = HashMap::new();
     for (k, s) in env.sessions() {
-        if s.flags & 2 == 0 {
+        if s.flags & SF_PERMIT == 0 {
             *nsess.entry((k.in_ip, k.in_port, k.proto)).or_default() += 1;
         }
     }
@@ -180,10 +178,10 @@ fn check_allocation(env: &Env, what: &str) {
             "{what}: expected outside port {out_port} within the pool's port range"
         );
         let w = env.port_word(addr, k.proto, out_port);
-        let walked = m.flags & 2 != 0;
+        let walked = m.flags & MF_DET != 0;
         let counted =
             if walked { nsess.get(&(k.in_ip, k.in_port, k.proto)).copied().unwrap_or(0) } else { 0 };
-        let want = USED_TAG | counted << 48 | ((k.in_ip as u64) << 16) | in_port as u64;
+        let want = natrix::abi::port_word(k.in_ip, in_port) | counted << natrix::abi::PORT_NSESS_SHIFT;
         assert_eq!(
             w, want,
             "{what}: expected the port word of {out_ip}:{out_port}/{} to be USED for {in_ip}:{in_port} ({want:#x}), got {w:#x}",
@@ -536,7 +534,7 @@ fn eif_admits_an_unknown_remote() {
         let stranger = Pkt::udp(SERVER2, 9999, o.0, o.1);
         xlate_in(env, &stranger, (sub(1), 40000), "from a remote never contacted");
         let s = env.session(sub(1), 40000, SERVER2, 9999, UDP).expect("expected an inbound-created session");
-        assert_eq!(s.flags & 1, 1, "expected the session flagged NX_SF_INBOUND");
+        assert_eq!(s.flags & SF_INBOUND, SF_INBOUND, "expected the session flagged NX_SF_INBOUND");
         assert_eq!(env.mapping(sub(1), 40000, UDP).map(|m| m.nsess), Some(2), "expected nsess == 2");
     });
 }
@@ -742,13 +740,13 @@ fn a_table_mapping_of_a_walking_subscriber_stays_its_endpoints_mapping() {
                 xlate_out(env, &Pkt::tcp(sub(1), 6000 + i, SERVER, 80, SYN), None, "filling the home walk");
             assert_eq!(env.block_of(0, o.1), home, "expected flow {i} in the home block");
         }
-        assert_eq!(env.block_word(home) & natrix::tables::BLOCK_MIXED, 0, "expected no table mapping yet");
+        assert_eq!(env.block_word(home) & natrix::abi::BLOCK_MIXED, 0, "expected no table mapping yet");
         let e = Pkt::tcp(sub(1), 6100, SERVER, 80, SYN);
         let eo = xlate_out(env, &e, None, "the walk is full: a table mapping");
         assert_ne!(env.block_of(0, eo.1), home, "expected the table mapping in the other block");
         let m = env.mapping(sub(1), 6100, TCP).expect("mapping");
-        assert_eq!(m.flags & 2, 0, "expected a table mapping, flags {}", m.flags);
-        assert_ne!(env.block_word(home) & natrix::tables::BLOCK_MIXED, 0, "expected the home block MIXED");
+        assert_eq!(m.flags & MF_DET, 0, "expected a table mapping, flags {}", m.flags);
+        assert_ne!(env.block_word(home) & natrix::abi::BLOCK_MIXED, 0, "expected the home block MIXED");
         xlate_in(env, &reply(&e, eo), (sub(1), 6100), "SYN-ACK: established, kept");
         check_allocation(env, "a full walk and a table mapping");
 
@@ -771,7 +769,7 @@ fn a_table_mapping_of_a_walking_subscriber_stays_its_endpoints_mapping() {
         let f = xlate_out(env, &Pkt::tcp(sub(1), 6200, SERVER, 80, SYN), None, "a new endpoint");
         assert_eq!(env.block_of(0, f.1), home, "expected a new endpoint's mapping back in the home block");
         let fm = env.mapping(sub(1), 6200, TCP).expect("mapping");
-        assert_eq!(fm.flags & 2, 2, "expected a home-walk mapping");
+        assert_eq!(fm.flags & MF_DET, MF_DET, "expected a home-walk mapping");
     });
 }
 
@@ -953,13 +951,13 @@ fn next_claim_starts_at_the_drawn_candidate() {
         let mut hits = 0;
         for i in 0..40u16 {
             let s = env.subscriber(twin).expect("expected the subscriber entry");
-            let idx = s.next_port[1]; // UDP
+            let idx = s.next_port[P_UDP as usize];
             assert_eq!(
-                idx >> 16,
-                addr * 3 + 1,
+                natrix::tables::port_index_parts(idx as usize),
+                (addr, P_UDP, idx as u16),
                 "expected the UDP candidate {idx:#x} on the subscriber's address, UDP"
             );
-            let cand = idx & 0xffff;
+            let cand = u32::from(idx as u16);
             assert_eq!(
                 addr * bpa + (cand - lo) / bs + 1,
                 s.cur_block,
@@ -974,11 +972,12 @@ fn next_claim_starts_at_the_drawn_candidate() {
         assert!(hits >= 10, "expected most of 40 candidates in a 256-port block free, {hits} were");
         check_allocation(env, "after 41 flows");
         // per protocol: a TCP claim draws a TCP candidate and leaves UDP's alone
-        let udp = env.subscriber(twin).expect("subscriber").next_port[1];
+        let udp = env.subscriber(twin).expect("subscriber").next_port[P_UDP as usize];
         xlate_out(env, &Pkt::tcp(twin, 31000, SERVER, 443, SYN), None, "TCP SYN");
         let s = env.subscriber(twin).expect("subscriber");
-        assert_eq!(s.next_port[0] >> 16, addr * 3, "expected a TCP candidate after a TCP claim");
-        assert_eq!(s.next_port[1], udp, "expected the UDP candidate unchanged by a TCP claim");
+        let (a, p, _) = natrix::tables::port_index_parts(s.next_port[P_TCP as usize] as usize);
+        assert_eq!((a, p), (addr, P_TCP), "expected a TCP candidate after a TCP claim");
+        assert_eq!(s.next_port[P_UDP as usize], udp, "expected the UDP candidate unchanged by a TCP claim");
     });
 }
 
@@ -1082,19 +1081,19 @@ fn a_claim_through_a_vanishing_subscriber_is_undone() {
         xlate_out(env, &Pkt::udp(twin, 40000, SERVER, 53), None, "the twin's flow");
         let o = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "first flow");
         assert!(
-            env.mapping(sub(1), 40000, UDP).is_some_and(|m| m.flags & 2 == 0),
+            env.mapping(sub(1), 40000, UDP).is_some_and(|m| m.flags & MF_DET == 0),
             "expected a table mapping"
         );
         let addr = env.pool_index(o.0);
         let m = natrix::tables::MmapWords::new(&env.dp.tables.subs, "nx_subs").expect("mmap nx_subs");
         let words = std::mem::size_of::<natrix::skel::types::nx_sub>() / 8;
-        let live = 2u64 << 32 | ip_be(sub(1)) as u64;
+        let live = natrix::abi::sub_key(natrix::abi::SUB_LIVE, ip_be(sub(1)));
         let slot = m
             .words()
             .chunks_exact(words)
             .position(|e| e[0].load(std::sync::atomic::Ordering::Acquire) == live)
             .expect("expected the subscriber's LIVE entry");
-        let busy = 1u64 << 32 | ip_be(sub(1)) as u64;
+        let busy = natrix::abi::sub_key(natrix::abi::SUB_BUSY, ip_be(sub(1)));
         m.words()[slot * words].store(busy, std::sync::atomic::Ordering::Release);
         let before = env.stats();
         let (v, _) = env.inside(&Pkt::udp(sub(1), 40002, SERVER, 53).build());
@@ -1102,7 +1101,7 @@ fn a_claim_through_a_vanishing_subscriber_is_undone() {
         env.assert_some_counters(&before, &[("table_busy", 1), ("alloc_retries", 1)], "claim undone");
         assert!(env.mapping(sub(1), 40002, UDP).is_none(), "expected no mapping for the dropped flow");
         // no port word of the pool names the dropped flow's inside endpoint
-        let word = 1u64 << 62 | (ip_be(sub(1)) as u64) << 16 | 40002;
+        let word = natrix::abi::port_word(ip_be(sub(1)), 40002);
         let ports = natrix::tables::MmapWords::new(&env.dp.tables.ports, "nx_ports").expect("mmap nx_ports");
         assert!(
             !ports.words().iter().any(|w| w.load(std::sync::atomic::Ordering::Relaxed) == word),
@@ -1118,8 +1117,11 @@ fn a_claim_through_a_vanishing_subscriber_is_undone() {
             natrix::tables::MmapWords::new(&env.dp.tables.blocks, "nx_blocks").expect("mmap nx_blocks");
         let mut counted = vec![0u64; blocks.words().len()];
         for (idx, w) in ports.words().iter().enumerate() {
-            let (a, port) = ((idx >> 16) / 3, idx & 0xffff);
-            if w.load(std::sync::atomic::Ordering::Relaxed) >> 62 != 0 && port >= lo && (port - lo) / bs < bpa
+            let (a, _, port) = natrix::tables::port_index_parts(idx);
+            let (a, port) = (a as usize, usize::from(port));
+            if port_state(w.load(std::sync::atomic::Ordering::Relaxed)) != PORT_FREE
+                && port >= lo
+                && (port - lo) / bs < bpa
             {
                 counted[a * bpa + (port - lo) / bs] += 1;
             }
@@ -1262,7 +1264,7 @@ fn scattered_pools_translate_on_every_address() {
                 "{what}: addresses used {used:?}"
             );
             // hairpinning: subscriber 2 to the last subscriber's outside endpoint
-            let last = env.mapping(sub(NSUBS), 40000, 17).expect("mapping of the last subscriber");
+            let last = env.mapping(sub(NSUBS), 40000, UDP).expect("mapping of the last subscriber");
             let to = (ip_from_be(last.out_ip), u16::from_be(last.out_port));
             let out = env.expect_verdict(
                 Side::Inside,
@@ -1531,7 +1533,7 @@ fn full_session_table_drops_and_keeps_sessions() {
 /// expiry empties them completely (overflow counts back to 0) and the slots are reused.
 #[test]
 fn tables_fill_to_their_size_and_empty_completely() {
-    use natrix::tables::{TAB_MAPS, TAB_SESS};
+    use natrix::abi::{TAB_MAPS, TAB_SESS};
     const SUBS: u8 = 25;
     const PER: u16 = 800;
     let n = SUBS as u64 * PER as u64;
@@ -1921,7 +1923,7 @@ fn tcp_inbound_syn_then_outbound_synack() {
         xlate_in(env, &Pkt::tcp(peer.0, peer.1, o.0, o.1, SYN), me, "SYN in from a new remote");
         assert_state(env, me, peer, ST_SYN_IN, "after SYN in");
         let s = env.session(me.0, me.1, peer.0, peer.1, TCP).expect("session");
-        assert_eq!(s.flags & 1, 1, "expected the session flagged inbound");
+        assert_eq!(s.flags & SF_INBOUND, SF_INBOUND, "expected the session flagged inbound");
         xlate_out(env, &Pkt::tcp(me.0, me.1, peer.0, peer.1, SYN | ACK), Some(o), "SYN-ACK out");
         assert_state(env, me, peer, ST_EST, "after SYN-ACK out");
         assert_eq!(
@@ -2323,7 +2325,7 @@ fn hairpin_between_two_subscribers() {
         let s = env
             .session(a_in.0, a_in.1, b_out.0, b_out.1, UDP)
             .expect("expected A's session with B's outside");
-        assert_eq!(s.flags & 1, 1, "expected A's hairpin session flagged inbound");
+        assert_eq!(s.flags & SF_INBOUND, SF_INBOUND, "expected A's hairpin session flagged inbound");
 
         let back = Pkt::udp(a_in.0, a_in.1, b_out.0, b_out.1).payload(b"hello B");
         let out =
@@ -2693,7 +2695,7 @@ fn static_forward() {
         let w = env.port_word(0, UDP, 5353);
         assert_eq!(port_state(w), PORT_STATIC, "expected 203.0.113.16:5353/udp STATIC, word {w:#x}");
         let m = env.mapping(sub(1), 53, UDP).expect("expected the static mapping");
-        assert_eq!(m.flags & 1, 1, "expected the mapping flagged static");
+        assert_eq!(m.flags & MF_STATIC, MF_STATIC, "expected the mapping flagged static");
         xlate_in(env, &Pkt::udp(SERVER, 1111, POOL0, 5353), (sub(1), 53), "unsolicited, to the forward");
         xlate_out(
             env,

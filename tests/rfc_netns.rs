@@ -18,6 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::netns::*;
+use natrix::abi::{PROTO_ICMP, PROTO_TCP};
 
 fn assert_pool(a: SocketAddrV4, what: &str) {
     assert!(is_pool(*a.ip()), "{what}: {a} is not a pool address");
@@ -274,7 +275,7 @@ impl Capture {
                 let ihl = usize::from(p[0] & 0x0f) * 4;
                 let l4 = p.get(ihl..).unwrap_or(&[]);
                 let word = |i: usize| l4.get(i..i + 2).map(|w| u16::from_be_bytes([w[0], w[1]])).unwrap_or(0);
-                let (a, b) = if p[9] == 1 {
+                let (a, b) = if p[9] == PROTO_ICMP {
                     (u16::from(*l4.first().unwrap_or(&0)), u16::from(*l4.get(1).unwrap_or(&0)))
                 } else {
                     (word(0), word(2))
@@ -285,7 +286,7 @@ impl Capture {
                     proto: p[9],
                     a,
                     b,
-                    tcp_flags: if p[9] == 6 { *l4.get(13).unwrap_or(&0) } else { 0 },
+                    tcp_flags: if p[9] == PROTO_TCP { *l4.get(13).unwrap_or(&0) } else { 0 },
                 });
             }
             got
@@ -710,14 +711,17 @@ fn unsolicited_syn_gets_nothing_back() {
     assert_eq!(c.who(), m);
     let got = cap.finish_after(Duration::from_millis(6500));
     assert!(
-        got.iter().any(|p| p.proto == 6 && p.src == *m.ip() && p.a == m.port() && p.b == server.addr.port()),
+        got.iter().any(|p| p.proto == PROTO_TCP
+            && p.src == *m.ip()
+            && p.a == m.port()
+            && p.b == server.addr.port()),
         "the capture missed the connection's own traffic: {got:#?}"
     );
 
     let answers: Vec<&Captured> = got
         .iter()
         // any ICMP, any TCP but to the server's listening port (the idle connection)
-        .filter(|p| p.proto == 1 || (p.proto == 6 && p.b != server.addr.port()))
+        .filter(|p| p.proto == PROTO_ICMP || (p.proto == PROTO_TCP && p.b != server.addr.port()))
         .collect();
     assert!(answers.is_empty(), "unsolicited SYNs were answered: {answers:#?}");
     let st1 = t.stats();

@@ -59,7 +59,11 @@ struct nxb_line {
  * for up to 512) plus the lines must stay within 32 KiB (PAGE_SIZE <<
  * PAGE_ALLOC_COSTLY_ORDER), the largest map the kernel kmallocs. The header puts the
  * lines 56 bytes past a cache-line boundary: a line spans two, of which w[0] touches one. */
-#define NXB_CHUNK_LINES 504
+enum nxb_fwd_sizes {
+	NXB_CHUNK_LINES = 504,
+};
+/* Anchor: the enum reaches the skeleton's generated Rust types (src/bench/cost.rs). */
+enum nxb_fwd_sizes nxb_btf_fwd_sizes SEC(".bss");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

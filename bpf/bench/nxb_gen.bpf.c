@@ -10,6 +10,11 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* Anchors that put the shared enums into the skeleton's generated Rust types
+ * (src/bench/flow.rs). */
+enum nxb_mode nxb_btf_mode SEC(".bss");
+enum nxb_dir nxb_btf_dir SEC(".bss");
+
 SEC("xdp")
 int nxb_gen(struct xdp_md *ctx)
 {

@@ -247,7 +247,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     // natrix's own growth, before the floors' tables exist
     let mem_delta_kib = sys::mem_used_kib()?.saturating_sub(mem0);
     // the session table's shape: entries a lookup finds only on a second line, by protocol
-    let sess_health = t.tab_health(crate::tables::TAB_SESS)?;
+    let sess_health = t.tab_health(crate::abi::TAB_SESS)?;
     let st = t.stats()?;
     let d = drops(&st);
     let created = st[stat_index("sessions_created").expect("counter")];
@@ -290,7 +290,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     // real traffic does not have)
     let mut all = Vec::new();
     for (mk, m) in t.mappings()? {
-        if mk.proto == 17 {
+        if mk.proto == crate::abi::PROTO_UDP {
             all.push((m.out_ip, m.out_port));
         }
     }
@@ -583,7 +583,7 @@ const ALLOC_STEP: u64 = 256;
 
 /// Lines of one nxb_chunks array (NXB_CHUNK_LINES in nxb_fwd.bpf.c): with struct
 /// bpf_array's header (312 bytes on this kernel, 512 allowed for) within 32 KiB.
-const CHUNK_LINES: u32 = 504;
+const CHUNK_LINES: u32 = crate::bench_skel::fwd::types::nxb_fwd_sizes::NXB_CHUNK_LINES.0;
 
 /// Gives the forwarder's chunked table its `chunks` arrays, and checks that every slot holds
 /// one (a lookup in an empty slot would make the program pass the packet early, cheaper,

@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use anyhow::{bail, Result};
 use serde::Serialize;
 
-use crate::bench_skel::generator::types::nxb_cfg;
+use crate::bench_skel::generator::types::{nxb_cfg, nxb_dir, nxb_mode};
 
 /// Where subscribers start: 100.64.16.0 + i (100.64.0.0/24 is the link to the gateway).
 pub const SUB_BASE: Ipv4Addr = Ipv4Addr::new(100, 64, 16, 0);
@@ -33,9 +33,9 @@ pub enum Proto {
 impl Proto {
     pub fn number(self) -> u8 {
         match self {
-            Proto::Udp => 17,
-            Proto::Tcp => 6,
-            Proto::Icmp => 1,
+            Proto::Udp => crate::abi::PROTO_UDP,
+            Proto::Tcp => crate::abi::PROTO_TCP,
+            Proto::Icmp => crate::abi::PROTO_ICMP,
         }
     }
 
@@ -138,10 +138,11 @@ impl FlowSpec {
     /// The BPF configuration for this spec.
     pub fn cfg(&self) -> nxb_cfg {
         let mode = match self.mode {
-            Mode::Cycle => 0,
-            Mode::New => 1,
-            Mode::Random => 2,
-        };
+            Mode::Cycle => nxb_mode::NXB_MODE_CYCLE,
+            Mode::New => nxb_mode::NXB_MODE_NEW,
+            Mode::Random => nxb_mode::NXB_MODE_RANDOM,
+        }
+        .0 as u8;
         nxb_cfg {
             dmac: self.dmac,
             smac: self.smac,
@@ -159,9 +160,10 @@ impl FlowSpec {
             dport: REMOTE_PORT,
             mode,
             dir: match self.dir {
-                Dir::Out => 0,
-                Dir::In => 1,
-            },
+                Dir::Out => nxb_dir::NXB_DIR_OUT,
+                Dir::In => nxb_dir::NXB_DIR_IN,
+            }
+            .0 as u8,
             ttl: 64,
             pad: 0,
             nflows: self.flows,

@@ -49,9 +49,11 @@ pub fn verdict_name(v: u32) -> &'static str {
     }
 }
 
-pub const TCP: u8 = 6;
-pub const UDP: u8 = 17;
-pub const ICMP: u8 = 1;
+#[allow(unused_imports)] // each test uses some
+pub use natrix::abi::{PROTO_ICMP as ICMP, PROTO_TCP as TCP, PROTO_UDP as UDP};
+/// Protocol indexes (enum nx_proto_idx).
+#[allow(unused_imports)] // each test uses some
+pub use natrix::abi::{P_ICMP, P_TCP, P_UDP};
 
 pub const FIN: u8 = 0x01;
 pub const SYN: u8 = 0x02;
@@ -60,24 +62,17 @@ pub const PSH: u8 = 0x08;
 pub const ACK: u8 = 0x10;
 
 /// Values of `enum nx_tcp_state`.
-pub const ST_NONE: u8 = 0;
-pub const ST_SYN_OUT: u8 = 1;
-pub const ST_SYN_IN: u8 = 2;
-pub const ST_EST: u8 = 3;
-pub const ST_FIN_OUT: u8 = 4;
-pub const ST_FIN_IN: u8 = 5;
-pub const ST_FIN_BOTH: u8 = 6;
-pub const ST_RST: u8 = 7;
+#[allow(unused_imports)] // each test uses some
+pub use natrix::abi::{
+    TCP_EST as ST_EST, TCP_FIN_BOTH as ST_FIN_BOTH, TCP_FIN_IN as ST_FIN_IN, TCP_FIN_OUT as ST_FIN_OUT,
+    TCP_NONE as ST_NONE, TCP_RST as ST_RST, TCP_SYN_IN as ST_SYN_IN, TCP_SYN_OUT as ST_SYN_OUT,
+};
 
-/// nx_sess.flags
-pub const SF_INBOUND: u8 = 1;
-pub const SF_PERMIT: u8 = 2;
-
-/// Port word states (bits 63..62 of an nx_ports entry).
-pub const PORT_FREE: u64 = 0;
-pub const PORT_USED: u64 = 1;
-pub const PORT_HELD: u64 = 2;
-pub const PORT_STATIC: u64 = 3;
+/// nx_sess.flags, nx_map.flags, port word states (bits 63..62 of an nx_ports entry).
+#[allow(unused_imports)] // each test uses some
+pub use natrix::abi::{
+    MF_DET, MF_STATIC, PORT_FREE, PORT_HELD, PORT_STATE_SHIFT, PORT_STATIC, PORT_USED, SF_INBOUND, SF_PERMIT,
+};
 
 // ---- the test topology -------------------------------------------------------------------
 

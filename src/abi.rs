@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//! The constants, flags and enums the data plane and user space share, named for the Rust
+//! side. Every value comes from `bpf/nx_types.h` through the skeleton's BTF (the enums that
+//! `bpf/natrix.bpf.c` anchors): none is typed here. A 64-bit constant is built from its
+//! 32-bit parts as the macro next to its enum in nx_types.h builds it (BTF enum values are
+//! 32 bits wide).
+
+use crate::skel::types::{
+    nx_block_bits, nx_cfg_arrays, nx_config_flags, nx_fibc_word, nx_filtering, nx_hash_keys, nx_iface_macs,
+    nx_iface_role, nx_ip_proto, nx_map_flags, nx_nsess, nx_port_bits, nx_port_state, nx_proto_idx,
+    nx_reap_op, nx_reap_sizes, nx_sess_flags, nx_sizes, nx_slot_bits, nx_slot_state, nx_stat, nx_sub_bits,
+    nx_sub_state, nx_tab_id, nx_tcp_state, nx_tick,
+};
+
+// ---- sizes -------------------------------------------------------------------------------
+
+/// Protocols with per-protocol tables (NX_NPROTO).
+pub const NPROTO: u32 = nx_sizes::NX_NPROTO.0;
+/// Ports of a pool address in the outside port array (NX_PORTS_PER_ADDR).
+pub const PORTS_PER_ADDR: u32 = nx_sizes::NX_PORTS_PER_ADDR.0;
+/// An nx_ports index is (pool index * NPROTO + protocol index) << PORT_INDEX_SHIFT | port.
+pub const PORT_INDEX_SHIFT: u32 = PORTS_PER_ADDR.trailing_zeros();
+/// Length of one tick of the data plane's clock, in nanoseconds: 2^TICK_SHIFT.
+pub const TICK_SHIFT: u32 = nx_tick::NX_TICK_SHIFT.0;
+/// Subscriber prefixes nx_config holds (NX_SUBNETS); more go to the trie.
+pub const SUBNETS: usize = nx_cfg_arrays::NX_SUBNETS.0 as usize;
+/// Runs of pool addresses nx_config holds (NX_POOL_RUNS).
+pub const POOL_RUNS: usize = nx_cfg_arrays::NX_POOL_RUNS.0 as usize;
+/// MACs an interface entry holds (NX_IF_MACS).
+pub const IF_MACS: usize = nx_iface_macs::NX_IF_MACS.0 as usize;
+/// Interfaces with a smaller ifindex are also in the array nx_ifrole (NX_IFROLE_DIRECT).
+pub const IFROLE_DIRECT: u32 = nx_iface_macs::NX_IFROLE_DIRECT.0;
+/// Entries of one reaper batch (NX_REAP_BATCH).
+pub const REAP_BATCH: usize = nx_reap_sizes::NX_REAP_BATCH.0 as usize;
+
+// ---- protocols -----------------------------------------------------------------------------
+
+pub const PROTO_TCP: u8 = nx_ip_proto::NX_IPPROTO_TCP.0 as u8;
+pub const PROTO_UDP: u8 = nx_ip_proto::NX_IPPROTO_UDP.0 as u8;
+pub const PROTO_ICMP: u8 = nx_ip_proto::NX_IPPROTO_ICMP.0 as u8;
+/// Index of a protocol in per-protocol tables (enum nx_proto_idx).
+pub const P_TCP: u32 = nx_proto_idx::NX_P_TCP.0;
+pub const P_UDP: u32 = nx_proto_idx::NX_P_UDP.0;
+pub const P_ICMP: u32 = nx_proto_idx::NX_P_ICMP.0;
+/// The protocol number of each protocol index, in index order.
+pub const PROTO_OF_IDX: [u8; NPROTO as usize] = {
+    let mut a = [0u8; NPROTO as usize];
+    a[P_TCP as usize] = PROTO_TCP;
+    a[P_UDP as usize] = PROTO_UDP;
+    a[P_ICMP as usize] = PROTO_ICMP;
+    a
+};
+
+// ---- nx_config -----------------------------------------------------------------------------
+
+/// nx_config.flags (enum nx_config_flags).
+pub const CF_PORT_PARITY: u32 = nx_config_flags::NX_CF_PORT_PARITY.0;
+pub const CF_HAIRPIN: u32 = nx_config_flags::NX_CF_HAIRPIN.0;
+pub const CF_PORT_CLASS: u32 = nx_config_flags::NX_CF_PORT_CLASS.0;
+pub const CF_EXCLUSIONS: u32 = nx_config_flags::NX_CF_EXCLUSIONS.0;
+pub const CF_STATICS: u32 = nx_config_flags::NX_CF_STATICS.0;
+pub const CF_SUBNET_TRIE: u32 = nx_config_flags::NX_CF_SUBNET_TRIE.0;
+/// nx_config.filtering (enum nx_filtering).
+pub const FILTER_EIF: u32 = nx_filtering::NX_FILTER_EIF.0;
+pub const FILTER_ADF: u32 = nx_filtering::NX_FILTER_ADF.0;
+pub const FILTER_APDF: u32 = nx_filtering::NX_FILTER_APDF.0;
+
+/// nx_iface.role (enum nx_iface_role).
+pub const ROLE_INSIDE: u32 = nx_iface_role::NX_ROLE_INSIDE.0;
+pub const ROLE_OUTSIDE: u32 = nx_iface_role::NX_ROLE_OUTSIDE.0;
+
+/// nx_reap_args.op (enum nx_reap_op).
+pub const REAP_SESSIONS: u32 = nx_reap_op::NX_REAP_SESSIONS.0;
+pub const REAP_MAPPINGS: u32 = nx_reap_op::NX_REAP_MAPPINGS.0;
+pub const CTL_STATIC_ADD: u32 = nx_reap_op::NX_CTL_STATIC_ADD.0;
+pub const CTL_STATIC_DEL: u32 = nx_reap_op::NX_CTL_STATIC_DEL.0;
+pub const REAP_SUBS: u32 = nx_reap_op::NX_REAP_SUBS.0;
+
+// ---- the FIB cache's generation word --------------------------------------------------------
+
+pub const FIBC_BY_DST: u64 = nx_fibc_word::NX_FIBC_BY_DST.0 as u64;
+pub const FIBC_GEN_STEP: u64 = nx_fibc_word::NX_FIBC_GEN_STEP.0 as u64;
+
+// ---- port words (nx_ports) -------------------------------------------------------------------
+
+pub const PORT_STATE_SHIFT: u32 = nx_port_bits::NX_PORT_STATE_SHIFT.0;
+pub const PORT_FREE: u64 = nx_port_state::NX_PORT_FREE.0 as u64;
+pub const PORT_USED: u64 = nx_port_state::NX_PORT_USED.0 as u64;
+pub const PORT_HELD: u64 = nx_port_state::NX_PORT_HELD.0 as u64;
+pub const PORT_STATIC: u64 = nx_port_state::NX_PORT_STATIC.0 as u64;
+/// Bits 61..48 of a word that is a mapping: its sessions.
+pub const PORT_NSESS_SHIFT: u32 = nx_port_bits::NX_PORT_NSESS_SHIFT.0;
+pub const PORT_NSESS_MAX: u64 = nx_port_bits::NX_PORT_NSESS_MAX.0 as u64;
+/// USED: the inside address above the inside port.
+pub const PORT_IP_SHIFT: u32 = nx_port_bits::NX_PORT_IP_SHIFT.0;
+
+/// A state's bits in a port word (NX_PORT_TAG).
+pub const fn port_tag(state: u64) -> u64 {
+    state << PORT_STATE_SHIFT
+}
+
+/// A port word's state (NX_PORT_STATE).
+pub const fn port_state(w: u64) -> u64 {
+    w >> PORT_STATE_SHIFT
+}
+
+/// The word a claimed port holds (nx_port_word): USED, inside address as the data plane
+/// stores it, inside port in host order.
+pub const fn port_word(in_ip: u32, in_port_h: u16) -> u64 {
+    port_tag(PORT_USED) | (in_ip as u64) << PORT_IP_SHIFT | in_port_h as u64
+}
+
+// ---- block words (nx_blocks) -------------------------------------------------------------------
+
+pub const BLOCK_MIXED: u64 = 1 << nx_block_bits::NX_BLOCK_MIXED_BIT.0;
+pub const BLOCK_USED_SHIFT: u32 = nx_block_bits::NX_BLOCK_USED_SHIFT.0;
+pub const BLOCK_USED_MASK: u64 = nx_block_bits::NX_BLOCK_USED_MASK.0 as u64;
+/// One port counted in a block word (NX_BLOCK_USED_ONE).
+pub const BLOCK_USED_ONE: u64 = 1 << BLOCK_USED_SHIFT;
+
+// ---- subscribers (nx_subs) -------------------------------------------------------------------
+
+pub const SUB_STATE_SHIFT: u32 = nx_sub_bits::NX_SUB_STATE_SHIFT.0;
+pub const SUB_STATE_MASK: u64 = nx_sub_bits::NX_SUB_STATE_MASK.0 as u64;
+pub const SUB_BUSY: u64 = nx_sub_state::NX_SUB_BUSY.0 as u64;
+pub const SUB_LIVE: u64 = nx_sub_state::NX_SUB_LIVE.0 as u64;
+pub const SUB_TOMB: u64 = nx_sub_state::NX_SUB_TOMB.0 as u64;
+/// Slots an entry may live beyond its home slot (NX_SUB_PROBE).
+pub const SUB_PROBE: u32 = nx_sub_bits::NX_SUB_PROBE.0;
+
+/// A subscriber key word (NX_SUB_KEY): state, inside address as the data plane stores it.
+pub const fn sub_key(state: u64, ip: u32) -> u64 {
+    state << SUB_STATE_SHIFT | ip as u64
+}
+
+/// A subscriber key word's state.
+pub const fn sub_state(key: u64) -> u64 {
+    (key >> SUB_STATE_SHIFT) & SUB_STATE_MASK
+}
+
+/// NX_HASH_KEY: a 64-bit hash key from its halves.
+const fn hash_key(hi: nx_hash_keys, lo: nx_hash_keys) -> u64 {
+    (hi.0 as u64) << 32 | lo.0 as u64
+}
+
+/// The second hash word of subscriber keys (NX_SUB_HASH_K1).
+pub const SUB_HASH_K1: u64 = hash_key(nx_hash_keys::NX_SUB_HASH_K1_HI, nx_hash_keys::NX_SUB_HASH_K1_LO);
+/// The key of a deterministic walk's hash (NX_DET_KEY).
+pub const DET_KEY: u64 = hash_key(nx_hash_keys::NX_DET_KEY_HI, nx_hash_keys::NX_DET_KEY_LO);
+/// The key of a home walk's hash (NX_HOME_KEY).
+pub const HOME_KEY: u64 = hash_key(nx_hash_keys::NX_HOME_KEY_HI, nx_hash_keys::NX_HOME_KEY_LO);
+
+// ---- open-addressed tables (nx_sess, nx_maps) -----------------------------------------------
+
+/// Table ids (enum nx_tab_id): index of nx_config.tab_nbkt/tab_max and of nx_tab_cnt.
+pub const TAB_SESS: usize = nx_tab_id::NX_TAB_SESS.0 as usize;
+pub const TAB_MAPS: usize = nx_tab_id::NX_TAB_MAPS.0 as usize;
+pub const TAB_SUBS: usize = nx_tab_id::NX_TAB_SUBS.0 as usize;
+pub const TAB_PROBE: u32 = nx_slot_bits::NX_TAB_PROBE.0;
+pub const SLOT_CTL_SHIFT: u32 = nx_slot_bits::NX_SLOT_CTL_SHIFT.0;
+pub const SLOT_LIVE: u64 = nx_slot_state::NX_SLOT_LIVE.0 as u64;
+pub const SLOT_STATE_MASK: u64 = (nx_slot_bits::NX_SLOT_STATE_BITS.0 as u64) << SLOT_CTL_SHIFT;
+pub const SLOT_GEN_MASK: u64 = (nx_slot_bits::NX_SLOT_GEN_BITS.0 as u64) << nx_slot_bits::NX_SLOT_GEN_SHIFT.0;
+pub const SLOT_ALT: u64 = 1 << nx_slot_bits::NX_SLOT_ALT_BIT.0;
+pub const SESS_W0_KEY: u64 = (1 << nx_slot_bits::NX_SESS_W0_KEY_BITS.0) - 1;
+pub const MAPS_W0_KEY: u64 = (1 << nx_slot_bits::NX_MAPS_W0_KEY_BITS.0) - 1;
+/// Byte offset of a bucket's counts in its slots (overflow in the first, alt in the second).
+pub const SLOT_OVF_OFF: usize = nx_slot_bits::NX_SLOT_OVF_OFF.0 as usize;
+
+// ---- mappings and sessions ---------------------------------------------------------------------
+
+/// nx_map.flags (enum nx_map_flags).
+pub const MF_STATIC: u16 = nx_map_flags::NX_MF_STATIC.0 as u16;
+pub const MF_DET: u16 = nx_map_flags::NX_MF_DET.0 as u16;
+/// nx_map.nsess of a mapping being deleted.
+pub const NSESS_DYING: u32 = nx_nsess::NX_NSESS_DYING.0;
+/// nx_sess.flags (enum nx_sess_flags).
+pub const SF_INBOUND: u8 = nx_sess_flags::NX_SF_INBOUND.0 as u8;
+pub const SF_PERMIT: u8 = nx_sess_flags::NX_SF_PERMIT.0 as u8;
+
+/// nx_sess.state (enum nx_tcp_state).
+pub const TCP_NONE: u8 = nx_tcp_state::NX_TCP_NONE.0 as u8;
+pub const TCP_SYN_OUT: u8 = nx_tcp_state::NX_TCP_SYN_OUT.0 as u8;
+pub const TCP_SYN_IN: u8 = nx_tcp_state::NX_TCP_SYN_IN.0 as u8;
+pub const TCP_EST: u8 = nx_tcp_state::NX_TCP_EST.0 as u8;
+pub const TCP_FIN_OUT: u8 = nx_tcp_state::NX_TCP_FIN_OUT.0 as u8;
+pub const TCP_FIN_IN: u8 = nx_tcp_state::NX_TCP_FIN_IN.0 as u8;
+pub const TCP_FIN_BOTH: u8 = nx_tcp_state::NX_TCP_FIN_BOTH.0 as u8;
+pub const TCP_RST: u8 = nx_tcp_state::NX_TCP_RST.0 as u8;
+
+/// The name `natrix sessions` prints for each TCP state; a test checks the list covers
+/// enum nx_tcp_state exactly.
+pub const TCP_STATE_NAMES: &[(nx_tcp_state, &str)] = &[
+    (nx_tcp_state::NX_TCP_NONE, "open"),
+    (nx_tcp_state::NX_TCP_SYN_OUT, "syn_out"),
+    (nx_tcp_state::NX_TCP_SYN_IN, "syn_in"),
+    (nx_tcp_state::NX_TCP_EST, "established"),
+    (nx_tcp_state::NX_TCP_FIN_OUT, "fin_out"),
+    (nx_tcp_state::NX_TCP_FIN_IN, "fin_in"),
+    (nx_tcp_state::NX_TCP_FIN_BOTH, "fin_both"),
+    (nx_tcp_state::NX_TCP_RST, "rst"),
+];
+
+/// The counter enum's bounds, for tables sized by it.
+pub const STAT_MAX: u32 = nx_stat::NX_STAT_MAX.0;
+pub const DROP_FIRST: u32 = nx_stat::NX_DROP_FIRST.0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The states named are exactly the enum's, one name each.
+    #[test]
+    fn tcp_state_names_cover_the_enum_once() {
+        let mut seen = vec![false; nx_tcp_state::NX_TCP_NSTATES.0 as usize];
+        for (s, name) in TCP_STATE_NAMES {
+            let i = s.0 as usize;
+            assert!(i < seen.len(), "{name}: state {i} is not one of enum nx_tcp_state");
+            assert!(!seen[i], "{name}: state {i} listed twice");
+            seen[i] = true;
+        }
+        assert!(seen.iter().all(|s| *s), "a state of enum nx_tcp_state has no name");
+    }
+
+    /// The protocol table is a bijection between the indexes and the protocols.
+    #[test]
+    fn proto_of_idx_is_one_to_one() {
+        let mut p = PROTO_OF_IDX.to_vec();
+        p.sort_unstable();
+        p.dedup();
+        assert_eq!(p.len(), NPROTO as usize);
+    }
+}
