@@ -51,40 +51,6 @@ pub struct Iface {
     pub macs: Vec<[u8; 6]>,
 }
 
-/// The link-layer (Ethernet) address of every interface in this network namespace that has
-/// one, by name. Read through getifaddrs (AF_PACKET), which answers for the calling
-/// thread's network namespace, where /sys/class/net would show the one sysfs was mounted in.
-pub fn interface_macs() -> std::collections::HashMap<String, [u8; 6]> {
-    let mut out = std::collections::HashMap::new();
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a linked list we free below; we only read it.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return out;
-    }
-    let mut cur = ifap;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
-        if !ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_PACKET {
-            // SAFETY: AF_PACKET addresses are sockaddr_ll; ifa_name is NUL-terminated.
-            let sll = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_ll) };
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
-            if sll.sll_halen == 6 {
-                let mut mac = [0u8; 6];
-                mac.copy_from_slice(&sll.sll_addr[..6]);
-                if mac != [0; 6] {
-                    out.insert(name, mac);
-                }
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: freeing what getifaddrs allocated.
-    unsafe { libc::freeifaddrs(ifap) };
-    out
-}
-
 /// A MAC as the data plane compares it (nx_iface.macs): its six bytes in memory order in
 /// the low bytes of a u64.
 pub fn mac_word(mac: [u8; 6]) -> u64 {
@@ -93,28 +59,61 @@ pub fn mac_word(mac: [u8; 6]) -> u64 {
     u64::from_ne_bytes(b)
 }
 
-/// First IPv4 address of every interface in this network namespace, by name.
-pub fn interface_addresses() -> std::collections::HashMap<String, Ipv4Addr> {
-    let mut out = std::collections::HashMap::new();
+/// Calls `f` with the name and address of every address getifaddrs reports: the calling
+/// thread's network namespace (where /sys/class/net would show the one sysfs was mounted in).
+fn for_each_ifaddr(mut f: impl FnMut(String, &libc::sockaddr)) {
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills a linked list we free below; we only read it.
     if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return out;
+        return;
     }
     let mut cur = ifap;
     while !cur.is_null() {
         // SAFETY: cur is a node of the list getifaddrs returned.
         let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
-            // SAFETY: AF_INET addresses are sockaddr_in; ifa_name is NUL-terminated.
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
-            out.entry(name).or_insert_with(|| Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()));
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_name is NUL-terminated; a non-null ifa_addr points to a sockaddr.
+            let (name, sa) = unsafe {
+                (std::ffi::CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned(), &*ifa.ifa_addr)
+            };
+            f(name, sa);
         }
         cur = ifa.ifa_next;
     }
     // SAFETY: freeing what getifaddrs allocated.
     unsafe { libc::freeifaddrs(ifap) };
+}
+
+/// First IPv4 address of every interface in this network namespace, by name.
+pub fn interface_addresses() -> std::collections::HashMap<String, Ipv4Addr> {
+    let mut out = std::collections::HashMap::new();
+    for_each_ifaddr(|name, sa| {
+        if sa.sa_family as i32 == libc::AF_INET {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(sa as *const libc::sockaddr).cast::<libc::sockaddr_in>() };
+            out.entry(name).or_insert_with(|| Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()));
+        }
+    });
+    out
+}
+
+/// The link-layer (Ethernet) address of every interface in this network namespace that has
+/// one, by name (getifaddrs' AF_PACKET entries).
+pub fn interface_macs() -> std::collections::HashMap<String, [u8; 6]> {
+    let mut out = std::collections::HashMap::new();
+    for_each_ifaddr(|name, sa| {
+        if sa.sa_family as i32 == libc::AF_PACKET {
+            // SAFETY: an AF_PACKET address is a sockaddr_ll.
+            let sll = unsafe { &*(sa as *const libc::sockaddr).cast::<libc::sockaddr_ll>() };
+            if sll.sll_halen == 6 {
+                let mut mac = [0u8; 6];
+                mac.copy_from_slice(&sll.sll_addr[..6]);
+                if mac != [0; 6] {
+                    out.insert(name, mac);
+                }
+            }
+        }
+    });
     out
 }
 

@@ -4,3 +4,4 @@
 
 pub mod netns;
 pub mod pkt;
+pub mod wire;
