@@ -7,6 +7,9 @@
 //! must equal the Rust one. Needs root (BPF_PROG_RUN).
 //! Run: `cargo test --release --test abi -- --test-threads=2`.
 
+mod common;
+
+use common::rng::Rng;
 use libbpf_rs::ProgramInput;
 use natrix::abi::{NPROTO, PORTS_PER_ADDR, PORT_USED, PROTO_ICMP, PROTO_TCP, PROTO_UDP, SUB_HASH_K1};
 use natrix::config::Config;
@@ -19,31 +22,6 @@ use natrix::tables::{
 
 /// Random inputs per run of the comparison.
 const ROUNDS: usize = 5000;
-
-/// xorshift64*: reproducible from the seed printed on failure.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// Mostly small values, sometimes anything: edges as well as the common case.
-    fn u32_any(&mut self) -> u32 {
-        match self.below(4) {
-            0 => self.below(16) as u32,
-            1 => u32::MAX - self.below(16) as u32,
-            _ => self.next() as u32,
-        }
-    }
-}
 
 /// A geometry the daemon could configure: pool addresses, a port range cut into blocks of
 /// an even size of at least 2, deterministic ranges of at least one pair.

@@ -18,34 +18,8 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use common::pkt::*;
+use common::rng::Rng;
 use natrix::dataplane::ip_from_be;
-
-/// xorshift64*: small, fast, deterministic from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.below(100) < pct
-    }
-    fn u16(&mut self) -> u16 {
-        self.next() as u16
-    }
-    fn u8(&mut self) -> u8 {
-        self.next() as u8
-    }
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
-        &v[self.below(v.len() as u64) as usize]
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Live {

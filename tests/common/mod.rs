@@ -4,4 +4,5 @@
 
 pub mod netns;
 pub mod pkt;
+pub mod rng;
 pub mod wire;
