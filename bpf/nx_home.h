@@ -219,15 +219,13 @@ static __always_inline struct nx_map *nx_map_find(struct nx_config *cfg, struct 
 
 /* Called as soon as the session lookup of an outbound packet that may open a connection
  * misses: plain loads, whose values nothing waits for, of the subscriber's home block word
- * and of the port word its walk starts at (and of its subscriber entry's home slot). All
- * follow from the packet alone, so the CPU
+ * and of the port word its walk starts at. Both follow from the packet alone, so the CPU
  * issues the misses now, beside the session line's, and finds them (nearly) in the cache
  * when the walk needs them (docs/PERFORMANCE.md, R18, R25, R29). No effect on state. */
 static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
 					     __u16 in_port_h)
 {
 	__u32 idx, first, bs = cfg->block_size, bpa = cfg->blocks_per_addr, a, gid, pp;
-	struct nx_sub *e;
 	__s64 home;
 	__u64 *w, v;
 
@@ -250,13 +248,6 @@ static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, _
 	w = bpf_map_lookup_elem(&nx_ports, &idx);
 	if (w) {
 		v = *(volatile __u64 *)w;
-		asm volatile("" ::"r"(v));
-	}
-	/* and the first line of the subscriber's home slot, where its entry usually is: the
-	 * session's count (nx_limits.h) is read and bumped there */
-	e = nx_sub_home_entry(cfg, sip);
-	if (e) {
-		v = *(volatile __u64 *)&e->key;
 		asm volatile("" ::"r"(v));
 	}
 }

@@ -260,6 +260,10 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	 * mapping through it */
 	if (s && (s->flags & NX_SF_PERMIT))
 		return NX_DROP_MALFORMED_L4;
+	/* a connection may be opening: start fetching what the walk will read (the limit's
+	 * check below reads the first of those lines too) */
+	if (nx_may_create(p) && !cfg->det_count)
+		nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
 	/* no session: only a subscriber's packet goes on to make state, and only within its
 	 * share (nx_limits.h) */
 	if (!s) {
@@ -271,9 +275,6 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
-	/* a connection may be opening: start fetching what the walk will read */
-	if (nx_may_create(p) && !cfg->det_count)
-		nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
 	m = nx_map_get(cfg, &mk, nx_may_create(p), now, &created, &reason);
 	if (!m)
 		return reason;

@@ -92,11 +92,12 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			struct nx_sess *s = nx_sess_at(slot);
 			__u32 out_ip, addr_idx = 0;
 			__u16 out_port;
-			__u8 permit;
+			__u8 permit, home;
 
 			if (!s || (__s32)(s->expire - now) > 0)
 				continue;
 			permit = s->flags & NX_SF_PERMIT;
+			home = s->flags & NX_SF_HOMECNT;
 			out_ip = s->out_ip;
 			out_port = s->out_port;
 			if (!nx_sess_delete(slot, k0, k1))
@@ -105,7 +106,7 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			if (permit)
 				continue; /* a filtering record holds no mapping, counts on nobody
 					   */
-			nx_sess_put(k.in_ip);
+			nx_sess_put(k.in_ip, home);
 			mk.in_ip = k.in_ip;
 			mk.in_port = k.in_port;
 			mk.proto = k.proto;

@@ -149,12 +149,14 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 		*reason = -counted;
 		return 0;
 	}
+	if (counted == NX_SESS_HOME)
+		flags |= NX_SF_HOMECNT;
 	r = nx_sess_insert(k0 | (__u64)state << 40 | (__u64)flags << 48, k1,
 			   (__u64)m->out_ip | (__u64)(now + nx_timeout(cfg, k->proto, state)) << 32,
 			   m->out_port);
 	if (r < 0 || !(r & NX_TAB_NEW)) {
-		if (counted == NX_SESS_COUNTED)
-			nx_sess_put(k->in_ip);
+		if (counted != NX_SESS_UNCOUNTED)
+			nx_sess_put(k->in_ip, counted == NX_SESS_HOME);
 	}
 	if (r < 0) {
 		*reason = (int)-r;
@@ -166,8 +168,8 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 		if (ref < 0) {
 			/* the reaper is deleting the mapping: this session must not outlive it */
 			nx_sess_delete((__u32)r, k0, k1);
-			if (counted == NX_SESS_COUNTED)
-				nx_sess_put(k->in_ip);
+			if (counted != NX_SESS_UNCOUNTED)
+				nx_sess_put(k->in_ip, counted == NX_SESS_HOME);
 			*reason = ref == -2 ? NX_DROP_QUOTA_EXCEEDED : NX_DROP_MAP_DYING;
 			return 0;
 		}

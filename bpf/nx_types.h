@@ -259,20 +259,30 @@ enum nx_port_bits {
  * [port_lo + b * block_size, port_lo + (b + 1) * block_size) on every protocol.
  * One u64 word, compare-and-swap only:
  *   bits 31..0   owner: the subscriber's inside address (network order), 0 = free
- *   bits 62..32  ports of the block in state USED or HELD, all protocols
+ *   bits 49..32  ports of the block in state USED or HELD, all protocols (at most three
+ *                times the block size: < 2^18)
+ *   bits 62..50  NSESS (nx_limits.h): in the owner's home block only, sessions of the owner
+ *                counted here instead of on its subscriber entry (flag NX_SF_HOMECNT), so
+ *                that a new connection reads no line beyond those it reads anyway; a block
+ *                whose NSESS is not 0 is never released
  *   bit 63       MIXED (nx_home.h): the block is its owner's home block, and the owner may
- *                also hold mappings in the mapping table; set before the first such
- *                mapping while it owns the block, and when it takes the block while it
+ *                also have state outside it: mappings in the mapping table, or sessions
+ *                counted on its subscriber entry. Set before the first such mapping or
+ *                session while it owns the block, and when it takes the block while it
  *                holds others; cleared only with the block's release
  */
 enum nx_block_bits {
 	NX_BLOCK_USED_SHIFT = 32,
-	NX_BLOCK_USED_MASK = 0x7fffffff,
+	NX_BLOCK_USED_MASK = 0x3ffff,
+	NX_BLOCK_NSESS_SHIFT = 50,
+	NX_BLOCK_NSESS_MASK = 0x1fff,
 	NX_BLOCK_MIXED_BIT = 63,
 };
 #define NX_BLOCK_OWNER(w) ((__u32)(w))
 #define NX_BLOCK_MIXED (1ULL << NX_BLOCK_MIXED_BIT)
 #define NX_BLOCK_USED(w) ((__u32)((w) >> NX_BLOCK_USED_SHIFT) & NX_BLOCK_USED_MASK)
+#define NX_BLOCK_NSESS(w) ((__u32)((w) >> NX_BLOCK_NSESS_SHIFT) & NX_BLOCK_NSESS_MASK)
+#define NX_BLOCK_NSESS_ONE (1ULL << NX_BLOCK_NSESS_SHIFT)
 
 /* ---- Subscribers (map nx_subs, open-addressed by inside address, see nx_subs.h) -----
  * One 192-byte entry per slot, three cache lines: the first holds everything a claim for
@@ -332,8 +342,9 @@ struct nx_sub {
 	 * (RFC 6056: unpredictable); 0 = none. A hint: checked against the block on use. */
 	__u32 next_port[NX_NPROTO];
 	/* sessions whose inside address is this subscriber's (permit records not counted),
-	 * all protocols: what limits.max_sessions_per_subscriber bounds. Up when a session is
-	 * created, down when the reaper deletes it; atomic. */
+	 * all protocols, that are not counted on its home block's word (NX_BLOCK_NSESS): with
+	 * those, what limits.max_sessions_per_subscriber bounds. Up when a session is created,
+	 * down when the reaper deletes it; atomic (nx_limits.h). */
 	__u32 nsess;
 	__u32 pad[3];
 	/* lines 1-2: global block id + 1 of each block the subscriber holds; 0 = empty slot */
@@ -468,6 +479,9 @@ enum nx_sess_flags {
 	/* Not a connection: address-dependent filtering's "this inside endpoint has sent to
 	 * this remote address", keyed with remote port 0. Does not hold its mapping. */
 	NX_SF_PERMIT = 1 << 1,
+	/* Counted on its subscriber's home block word (NX_BLOCK_NSESS), not on the subscriber's
+	 * entry: where the reaper gives the count back (nx_limits.h). */
+	NX_SF_HOMECNT = 1 << 2,
 };
 
 /* ---- Interfaces (map nx_ifaces, hash by ifindex) ------------------------------------- */

@@ -8,6 +8,10 @@
 #   BENCH_SMOKE=1   seconds: what tests/bench_smoke.rs runs (docs are not touched)
 #   BENCH_OUT=DIR   results directory (default bench-results)
 #   BENCH_ROUNDS=N  rounds of the end-to-end part (default 5)
+#   NATRIX_REF=BIN  also measure natrix built from another commit (gateway natrixref), case by
+#                   case beside this build: a packet-path change's before and after in one run
+#   BENCH_ONLY=newflow  only the connection-setup part of each round (with NATRIX_REF: a quick
+#                   A/B of the setup path; BENCH_ROUNDS applies)
 #
 # Topology: every gateway has a namespace and a path of its own, all built once and kept
 # up, so that the gateways can be measured one right after the other, case by case:
@@ -54,6 +58,13 @@ else
 	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=500000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=8192
 	NEWFLOW_TABLE=10000000 # a daemon's two new-flow runs (UDP, TCP): up to 1.5 s each at < 2.5M setups/s
 fi
+NATRIX_REF=${NATRIX_REF:-}
+BENCH_ONLY=${BENCH_ONLY:-}
+if [[ -n $NATRIX_REF ]]; then
+	[[ -x $NATRIX_REF ]] || { echo "bench: NATRIX_REF=$NATRIX_REF is not an executable" >&2; exit 1; }
+	GATEWAYS=${GATEWAYS/natrix /natrix natrixref }
+fi
+[[ -z $BENCH_ONLY || $BENCH_ONLY == newflow ]] || { echo "bench: BENCH_ONLY: only 'newflow' is known" >&2; exit 1; }
 MAX_SCALE=$(tr ' ' '\n' <<<"$SCALES" | sort -n | tail -1)
 
 mkdir -p "$OUT"
@@ -70,7 +81,7 @@ cleanup() {
 	set +e
 	for d in "${daemon[@]}"; do kill "$d" 2>/dev/null; wait "$d" 2>/dev/null; done
 	for d in "$PIN"/*/; do
-		[[ -d $d ]] && "$NATRIX" down --pin "${d%/}" >/dev/null 2>&1
+		[[ -d $d ]] && "$(bin_of "$(basename "$d")")" down --pin "${d%/}" >/dev/null 2>&1
 	done
 	rmdir "$PIN" 2>/dev/null
 	for ns in $GEN $SINK $(for g in $GATEWAYS; do gwns "$g"; done); do ip netns del "$ns" 2>/dev/null; done
@@ -119,12 +130,26 @@ mac() { ip -n "$1" -br link show "$2" | awk '{print $3}'; }
 # Gateway natrixdet (or NATRIX_MODE=deterministic for natrix itself): RFC 7422 ranges
 # (bpf/nx_det.h) instead of dynamic port blocks; the generator's subscribers (100.64.16.0 and
 # up) all sit in 100.64.0.0/17, 64 to a pool address, 1008 ports each.
+# Gateway natrixref: the same configuration as natrix, run by the binary NATRIX_REF (its own
+# daemon, BPF objects and generator: e2e runs use that binary too, since the table layout
+# the generator's provisioning reads may differ between builds).
+isnatrix() { [[ $1 == natrix || $1 == natrixdet || $1 == natrixref ]]; }
+bin_of() { if [[ $1 == natrixref ]]; then echo "$NATRIX_REF"; else echo "$NATRIX"; fi; }
 natrix_nat_conf() { # natrix_nat_conf GATEWAY
 	if [[ $1 == natrixdet || ${NATRIX_MODE:-dynamic} == deterministic ]]; then
 		printf 'mode = "deterministic"\ndeterministic_subscribers = "100.64.0.0/17"\n'
 	else
 		printf 'block_size = 1024\nmax_blocks_per_subscriber = 32\n'
 	fi
+}
+
+# the new-flow runs open thousands of sessions per subscriber (the smoke run's 64
+# subscribers above 10k each): a per-subscriber limit above that, so that its check is
+# measured as an operator runs it (a reference build older than the limit does not know
+# the key)
+per_sub_limit() {
+	[[ $1 == natrixref ]] && ! grep -q max_sessions_per_subscriber "$NATRIX_REF" && return
+	echo "max_sessions_per_subscriber = 100000"
 }
 
 natrix_conf() { # natrix_conf TABLE-SIZE GATEWAY
@@ -142,9 +167,7 @@ natrix_conf() { # natrix_conf TABLE-SIZE GATEWAY
 		max_subscribers = 65536
 		max_mappings = $1
 		max_sessions = $1
-		# the new-flow runs open thousands of sessions per subscriber (the smoke run's 64
-		# subscribers above 10k each): no per-subscriber limit, its count is still kept
-		max_sessions_per_subscriber = 0
+		$(per_sub_limit "$2")
 		[daemon]
 		pin_path = "$PIN/$2"
 		sweep_interval = "60s"
@@ -156,7 +179,7 @@ natrix_up() { # natrix_up GATEWAY SESSIONS
 	natrix_conf "$size" "$gw" >"$OUT/$gw-bench.toml"
 	: >"$OUT/$gw-daemon.log"
 	# not through in_ns: $! must be the daemon itself (nsenter and taskset exec it)
-	nsenter --net=/run/netns/"$(gwns "$gw")" taskset -c $DAEMON_CPU "$NATRIX" run --config "$OUT/$gw-bench.toml" \
+	nsenter --net=/run/netns/"$(gwns "$gw")" taskset -c $DAEMON_CPU "$(bin_of "$gw")" run --config "$OUT/$gw-bench.toml" \
 		>"$OUT/$gw-daemon.log" 2>&1 &
 	daemon[$gw]=$!
 	for _ in $(seq 300); do
@@ -176,7 +199,7 @@ natrix_down() { # natrix_down GATEWAY
 		wait "${daemon[$gw]}" 2>/dev/null || true
 		unset "daemon[$gw]"
 	fi
-	[[ -d $PIN/$gw ]] && "$NATRIX" down --pin "$PIN/$gw" >/dev/null
+	[[ -d $PIN/$gw ]] && "$(bin_of "$gw")" down --pin "$PIN/$gw" >/dev/null
 	return 0
 }
 
@@ -203,7 +226,7 @@ nft_down() {
 
 gateway_up() {
 	case $1 in
-	natrix) natrix_up natrix "$MAX_SCALE" ;;
+	natrix | natrixref) natrix_up "$1" "$MAX_SCALE" ;;
 	natrixdet) natrix_up natrixdet 0 ;;
 	nft) nft_up ;;
 	kernel) ;;
@@ -217,7 +240,7 @@ gateway_up() {
 
 gateway_down() {
 	case $1 in
-	natrix | natrixdet) natrix_down "$1" ;;
+	natrix | natrixdet | natrixref) natrix_down "$1" ;;
 	nft) nft_down ;;
 	kernel) ;;
 	xdpfwd) "$NATRIX" bench detach --pin "$PIN/fwd" ;;
@@ -231,9 +254,9 @@ e2e() { # e2e GATEWAY CASE ARGS...
 	local gw=$1 case=$2 sink=$PIN/sink-$1 extra=()
 	shift 2
 	[[ $gw == direct ]] && sink=$PIN/direct
-	[[ $gw == natrix || $gw == natrixdet ]] && extra+=(--natrix-pin "$PIN/$gw")
+	isnatrix "$gw" && extra+=(--natrix-pin "$PIN/$gw")
 	local line
-	if ! line=$(in_ns $GEN taskset -c $CPU "$NATRIX" bench e2e --dev "g$gw" --dst-mac "$(mac "$(gwns "$gw")" nxbin)" \
+	if ! line=$(in_ns $GEN taskset -c $CPU "$(bin_of "$gw")" bench e2e --dev "g$gw" --dst-mac "$(mac "$(gwns "$gw")" nxbin)" \
 		--sink-pin "$sink" --park-dev nxbpark --gateway "$gw" --case "$case" --round "$ROUND" --subs "$SUBS" \
 		--duration "$DUR" --out "$RAW" "${extra[@]}" "$@" 2>>"$LOG"); then
 		echo "bench: e2e $gw $case $* failed (see $LOG)" >&2
@@ -248,7 +271,7 @@ print("%5s B %8s flows %-6s %-4s %8.3f Mpps %6.2f Gbit/s loss %5.1f%%" % (r["siz
 profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile (round 1)
 	((ROUND == 1)) || return 0
 	case $1 in
-	natrix | natrixdet) echo --profile "$PIN/$1/link_nxbin" ;;
+	natrix | natrixdet | natrixref) echo --profile "$PIN/$1/link_nxbin" ;;
 	xdpfwd) echo --profile "$PIN/fwd/link_nxbin" ;;
 	esac
 }
@@ -257,13 +280,20 @@ profile() { # profile GATEWAY: link pins whose programs get a bpf_stats profile 
 # figures for one case are taken seconds apart, not minutes: this machine's speed drifts
 # by more than the differences measured (docs/PERFORMANCE.md, "Method"). natrix starts each
 # round on fresh tables; the others stay up for the whole run.
-stateful() { [[ $1 == natrix || $1 == nft ]]; }
+stateful() { [[ $1 == natrix || $1 == natrixref || $1 == nft ]]; }
 setup_only() { [[ $1 == setupfloor || $1 == natrixdet ]]; } # measured on new flows only
 has() { [[ " $GATEWAYS " == *" $1 "* ]]; } # is gateway $1 part of this run
 round() {
 	local gws=("$@") gw s c p est
-	has natrix && natrix_up natrix "$MAX_SCALE"
 	local pass passes pass_order
+	if [[ $BENCH_ONLY == newflow ]]; then
+		# the no-gateway figure: what the gateways' times are derived from
+		has direct && e2e direct size --size 64 --flows 1 --establish
+		newflows "${gws[@]}"
+		return
+	fi
+	has natrix && natrix_up natrix "$MAX_SCALE"
+	has natrixref && natrix_up natrixref "$MAX_SCALE"
 	for s in $SIZES; do
 		# the first target is judged on 64-byte frames: measured PASSES64 times a round, the
 		# gateways' order reversed on every other pass (with an even count, a steady drift
@@ -304,9 +334,15 @@ round() {
 			e2e "$gw" scale --flows "$c" --mode random "${est[@]}"
 		done
 	done
-	# connection setups: every packet a new flow, on fresh state (UDP and TCP flows use
-	# different outside ports and sessions, so natrix needs one restart for both)
+	newflows "${gws[@]}"
+}
+
+# connection setups: every packet a new flow, on fresh state (UDP and TCP flows use
+# different outside ports and sessions, so natrix needs one restart for both)
+newflows() {
+	local gws=("$@") gw p proto
 	has natrix && { natrix_down natrix; natrix_up natrix 0; }
+	has natrixref && { natrix_down natrixref; natrix_up natrixref 0; }
 	has natrixdet && natrix_up natrixdet 0
 	# the protocol measured second on a daemon tends to be the slower (docs/PERFORMANCE.md,
 	# R22): the order alternates from round to round so that neither always takes that turn
@@ -322,6 +358,7 @@ round() {
 	done
 	has nft && nft_flush
 	natrix_down natrix
+	natrix_down natrixref
 	natrix_down natrixdet
 }
 
@@ -348,8 +385,8 @@ if [[ $GATEWAYS == *nft* ]]; then
 	((b > CT_BUCKETS_OLD)) && sysctl -qw net.netfilter.nf_conntrack_buckets=$b
 fi
 
-say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
-in_ns "$(gwns natrix)" taskset -c $CPU "$NATRIX" bench cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
+[[ -z $BENCH_ONLY ]] && say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
+[[ -z $BENCH_ONLY ]] && in_ns "$(gwns natrix)" taskset -c $CPU "$NATRIX" bench cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
 	--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$RAW" 2>>"$LOG" >/dev/null
 $PY -c 'import json,sys
 for l in open(sys.argv[1]):
@@ -359,7 +396,7 @@ for l in open(sys.argv[1]):
 
 # the stateless gateways and nftables' rules stay up for the whole run (conntrack is
 # flushed where a case needs fresh state); natrix is started by each round
-for g in $GATEWAYS; do [[ $g == natrix || $g == natrixdet ]] || gateway_up "$g"; done
+for g in $GATEWAYS; do isnatrix "$g" || gateway_up "$g"; done
 for ROUND in $(seq 1 "$ROUNDS"); do
 	# rotate the order each round, so that no gateway always runs first (or last)
 	read -ra gws <<<"$GATEWAYS"
@@ -371,9 +408,12 @@ done
 for g in $GATEWAYS; do gateway_down "$g"; done
 
 say "report"
-"$NATRIX" bench report --raw "$RAW" --out "$OUT/results.json" $( ((SMOKE)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
-$PY scripts/plot.py "$OUT/results.json" "$OUT"
-if ! ((SMOKE)); then
+# a partial run (smoke, one part, or with a reference build) leaves the docs alone
+PARTIAL=0
+((SMOKE)) || [[ -n $BENCH_ONLY || -n $NATRIX_REF ]] && PARTIAL=1
+"$NATRIX" bench report --raw "$RAW" --out "$OUT/results.json" $( ((PARTIAL)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
+[[ -z $BENCH_ONLY ]] && $PY scripts/plot.py "$OUT/results.json" "$OUT"
+if ! ((PARTIAL)); then
 	mkdir -p docs/img
 	cp "$OUT"/*.png docs/img/
 fi

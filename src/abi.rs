@@ -117,6 +117,8 @@ pub const BLOCK_USED_SHIFT: u32 = nx_block_bits::NX_BLOCK_USED_SHIFT.0;
 pub const BLOCK_USED_MASK: u64 = nx_block_bits::NX_BLOCK_USED_MASK.0 as u64;
 /// One port counted in a block word (NX_BLOCK_USED_ONE).
 pub const BLOCK_USED_ONE: u64 = 1 << BLOCK_USED_SHIFT;
+pub const BLOCK_NSESS_SHIFT: u32 = nx_block_bits::NX_BLOCK_NSESS_SHIFT.0;
+pub const BLOCK_NSESS_MASK: u64 = nx_block_bits::NX_BLOCK_NSESS_MASK.0 as u64;
 
 // ---- subscribers (nx_subs) -------------------------------------------------------------------
 
@@ -177,6 +179,7 @@ pub const NSESS_DYING: u32 = nx_nsess::NX_NSESS_DYING.0;
 /// nx_sess.flags (enum nx_sess_flags).
 pub const SF_INBOUND: u8 = nx_sess_flags::NX_SF_INBOUND.0 as u8;
 pub const SF_PERMIT: u8 = nx_sess_flags::NX_SF_PERMIT.0 as u8;
+pub const SF_HOMECNT: u8 = nx_sess_flags::NX_SF_HOMECNT.0 as u8;
 
 /// nx_sess.state (enum nx_tcp_state).
 pub const TCP_NONE: u8 = nx_tcp_state::NX_TCP_NONE.0 as u8;

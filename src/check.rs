@@ -20,7 +20,9 @@
 //!   a walk word) differing from the sessions referring to it;
 //! - `subscriber_nsess_mismatch`: `nx_sub.nsess` (dynamic mode) or `nx_det_nsess`
 //!   (deterministic mode) differing from the subscriber's sessions (a static forward's
-//!   inside host is exempt: sessions made while it had no entry are not counted);
+//!   inside host is exempt: sessions made while it had no entry are not counted); in
+//!   dynamic mode the sessions flagged HOMECNT count on the home block word's NSESS
+//!   instead, which must match them, and which only an owner's home block may hold;
 //! - `session_without_subscriber`: sessions of an inside address with no subscriber entry
 //!   (or outside the deterministic prefix) that is not a static forward's inside host;
 //! - `block_owner_unknown`, `block_on_other_address`, `block_not_in_owner_slots`: an owned
@@ -50,12 +52,12 @@ use serde::Serialize;
 
 use crate::abi::{
     MF_DET, MF_STATIC, NSESS_DYING, PORT_FREE, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT,
-    PORT_STATIC, PORT_USED, PROTO_OF_IDX, SF_PERMIT,
+    PORT_STATIC, PORT_USED, PROTO_OF_IDX, SF_HOMECNT, SF_PERMIT,
 };
 use crate::dataplane::ip_from_be;
 use crate::expiry::range_word_needed;
 use crate::tables::{
-    block_of, block_used, det_first, det_start, home_start, is_home_word, now_ns, port_index,
+    block_nsess, block_of, block_used, det_first, home_block, det_start, home_start, is_home_word, now_ns, port_index,
     port_index_parts, port_word_ip, proto_name, walk_home, MmapWords, TableError, Tables,
 };
 
@@ -460,6 +462,8 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
 
     // 3. sessions, streamed
     let mut per_sub: HashMap<u32, u32> = HashMap::new();
+    // of those, the sessions counted on their subscriber's home block word (SF_HOMECNT)
+    let mut per_sub_home: HashMap<u32, u32> = HashMap::new();
     let mut sess_problems: Vec<Problem> = Vec::new();
     let live_sess = t.for_each_session(|s| {
         if s.flags & SF_PERMIT != 0 {
@@ -468,6 +472,9 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
         }
         ck.sessions += 1;
         *per_sub.entry(s.in_ip).or_default() += 1;
+        if s.flags & SF_HOMECNT != 0 {
+            *per_sub_home.entry(s.in_ip).or_default() += 1;
+        }
         let key = ek(s.in_ip, s.in_port, s.proto);
         let sk = format!("{} {}", ek_str(key), ep_str(s.rem_ip, s.rem_port, s.proto));
         let sout = ep_str(s.out_ip, s.out_port, s.proto);
@@ -558,13 +565,13 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
     } else {
         for (ip, s) in t.subscribers()? {
             ck.subscribers += 1;
-            let want = per_sub.get(&ip).copied().unwrap_or(0);
+            let want = per_sub.get(&ip).copied().unwrap_or(0) - per_sub_home.get(&ip).copied().unwrap_or(0);
             if s.nsess != want && !statics.contains(&ip) {
                 p.push(
                     "subscriber_nsess_mismatch",
                     ip_from_be(ip).to_string(),
                     format!(
-                        "subscriber {}: nx_sub.nsess counts {} session(s), {want} found",
+                        "subscriber {}: nx_sub.nsess counts {} session(s), {want} found (not counted on its home block)",
                         ip_from_be(ip),
                         s.nsess
                     ),
@@ -592,6 +599,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
     }
 
     // 6. blocks (dynamic mode)
+    let mut home_counted: HashMap<u32, u32> = HashMap::new(); // owner -> its home block's NSESS
     for (gid, b) in blocks.iter().enumerate().take(nblocks) {
         let w = b.load(Ordering::Acquire);
         let owner = w as u32;
@@ -600,6 +608,26 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
         let (a, first) = (gid as u32 / bpa.max(1), u32::from(cfg.port_lo) + gid as u32 % bpa.max(1) * bs);
         let what =
             format!("block {gid} ({} ports {}-{})", ip_from_be(pool_ip(a)), first, first + bs.max(1) - 1);
+        // sessions counted on the word: only its owner's, and only in its home block
+        let ns = block_nsess(w);
+        if ns != 0 {
+            if owner != 0 && home_block(&cfg, owner) == Some(gid as u32) {
+                home_counted.insert(owner, ns);
+            } else {
+                p.push(
+                    "subscriber_nsess_mismatch",
+                    what.clone(),
+                    format!(
+                        "{what} counts {ns} session(s) but is {}",
+                        if owner == 0 {
+                            "free".to_string()
+                        } else {
+                            format!("not the home block of its owner {}", ip_from_be(owner))
+                        }
+                    ),
+                );
+            }
+        }
         if counted != found {
             p.push(
                 "block_count_mismatch",
@@ -642,6 +670,23 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
                     );
                 }
             }
+        }
+    }
+    // every subscriber's home-counted sessions against its home block's NSESS
+    let mut owners: Vec<u32> = per_sub_home.keys().chain(home_counted.keys()).copied().collect();
+    owners.sort_unstable();
+    owners.dedup();
+    for ip in owners {
+        let (want, have) = (per_sub_home.get(&ip).copied().unwrap_or(0), home_counted.get(&ip).copied().unwrap_or(0));
+        if want != have {
+            p.push(
+                "subscriber_nsess_mismatch",
+                ip_from_be(ip).to_string(),
+                format!(
+                    "subscriber {}: its home block's word counts {have} session(s), {want} found counted there",
+                    ip_from_be(ip)
+                ),
+            );
         }
     }
 

@@ -24,7 +24,7 @@ use crate::abi::{
 };
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, now_ns,
+    block_nsess, block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, now_ns,
     now_tick, port_index_parts, port_word_ip, read_pod, walk_home, MmapWords, TableError, Tables,
 };
 
@@ -186,7 +186,8 @@ impl Sweeper {
             let Some((gid, _)) = block else { continue };
             if let Some(b) = blocks.get(gid as usize) {
                 let after = b.fetch_sub(BLOCK_USED_ONE, Ordering::AcqRel) - BLOCK_USED_ONE;
-                if block_used(after) == 0 && after as u32 != 0 {
+                // (a home block that still counts sessions of its owner stays its owner's)
+                if block_used(after) == 0 && after as u32 != 0 && block_nsess(after) == 0 {
                     // owned and empty: back to the pool, unless the fast path reserved it
                     // again meanwhile (then the exchange fails and the owner keeps it)
                     if b.compare_exchange(after, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -202,7 +203,7 @@ impl Sweeper {
         let mut empty_now = std::collections::HashSet::new();
         for (gid, b) in blocks.iter().enumerate() {
             let v = b.load(Ordering::Relaxed);
-            if v != 0 && block_used(v) == 0 {
+            if v != 0 && block_used(v) == 0 && block_nsess(v) == 0 {
                 if self.empty_last.contains(&(gid, v))
                     && b.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
                 {

@@ -14,7 +14,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use thiserror::Error;
 
 use crate::abi::{
-    sub_state, BLOCK_USED_MASK, BLOCK_USED_SHIFT, CF_PORT_PARITY, DET_KEY, HOME_KEY, MAPS_W0_KEY, MF_DET,
+    sub_state, BLOCK_NSESS_MASK, BLOCK_NSESS_SHIFT, BLOCK_USED_MASK, BLOCK_USED_SHIFT, CF_PORT_PARITY, DET_KEY, HOME_KEY, MAPS_W0_KEY, MF_DET,
     PORT_INDEX_SHIFT, PORT_IP_SHIFT, PROTO_ICMP, PROTO_OF_IDX, PROTO_TCP, PROTO_UDP, P_ICMP, P_TCP, P_UDP,
     SESS_W0_KEY, SLOT_ALT, SLOT_CTL_SHIFT, SLOT_GEN_MASK, SLOT_LIVE, SLOT_OVF_OFF, SLOT_STATE_MASK,
     SUB_HASH_K1, TAB_PROBE, TAB_SUBS, TCP_STATE_NAMES,
@@ -107,6 +107,11 @@ fn walk_start(
 /// Ports of a block word counted in use (USED or HELD; NX_BLOCK_USED).
 pub fn block_used(w: u64) -> u64 {
     (w >> BLOCK_USED_SHIFT) & BLOCK_USED_MASK
+}
+
+/// Sessions of its owner a (home) block word counts (NX_BLOCK_NSESS, bpf/nx_limits.h).
+pub fn block_nsess(w: u64) -> u32 {
+    ((w >> BLOCK_NSESS_SHIFT) & BLOCK_NSESS_MASK) as u32
 }
 
 /// Subscriber `ip`'s home block (global block id), as nx_home_block computes it; None
@@ -265,7 +270,8 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// the tables wrongly, and the CLI refuses to read them. 1: deterministic walks of two
 /// parts (the parity fallback). 2: dynamic mode's home-walk mappings (bpf/nx_home.h).
 /// 3: per-subscriber session counts (`nx_sub.nsess`, `nx_det_nsess`), interface MACs.
-pub const TABLE_LAYOUT: u32 = 3;
+/// 4: a home block's word counts its owner's sessions (NSESS, sessions flagged HOMECNT).
+pub const TABLE_LAYOUT: u32 = 4;
 
 pub fn read_pod<T: Copy + Default>(b: &[u8]) -> T {
     assert!(b.len() >= std::mem::size_of::<T>(), "short map value");
@@ -791,6 +797,34 @@ impl Tables {
             out.push((k as u32, read_pod::<nx_sub>(&b)));
         }
         Ok(out)
+    }
+
+    /// Sessions subscriber `ip` (network order) holds by its counts (bpf/nx_limits.h): its
+    /// entry's plus its home block word's while it owns that block; deterministic mode:
+    /// its nx_det_nsess slot. None when it has neither an entry nor a slot.
+    pub fn sub_sessions(&self, ip: u32) -> Result<Option<u32>> {
+        let cfg = self.config()?;
+        if cfg.det_count != 0 {
+            let i = u32::from_be(ip).wrapping_sub(cfg.det_base);
+            if i >= cfg.det_count {
+                return Ok(None);
+            }
+            let v = self.det_nsess.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(map_err("nx_det_nsess"))?;
+            return Ok(v.map(|v| u32::from_ne_bytes(v[..4].try_into().expect("u32 value"))));
+        }
+        let entry = self.subscribers()?.into_iter().find(|(k, _)| *k == ip).map(|(_, e)| e.nsess);
+        let home = match home_block(&cfg, ip) {
+            Some(gid) if cfg.home_probe != 0 => {
+                let w = self.block_word(gid)?;
+                if w as u32 == ip {
+                    block_nsess(w)
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+        Ok(entry.map(|n| n + home))
     }
 
     /// Load and shape of the subscriber table, from one pass over its entries.

@@ -246,6 +246,23 @@ fn walk_word_corruption_is_named() {
         );
         t.ports.update(&idx.to_ne_bytes(), &w.to_ne_bytes(), libbpf_rs::MapFlags::ANY).expect("write");
         assert_healthy(t, "restored");
+
+        // the session counts on its subscriber's home block word (bpf/nx_limits.h): one too
+        // many there is named for the subscriber
+        let cfg = t.config().expect("config");
+        let gid = natrix::tables::home_block(&cfg, ip_be(sub(3))).expect("a home block");
+        let bw = env.block_word(gid);
+        assert_eq!(natrix::tables::block_nsess(bw), 1, "expected the home block word to count the session: {bw:#x}");
+        let bad = bw + (1 << natrix::abi::BLOCK_NSESS_SHIFT);
+        t.blocks.update(&gid.to_ne_bytes(), &bad.to_ne_bytes(), libbpf_rs::MapFlags::ANY).expect("write");
+        assert_found(
+            &check_once(t, &Options::default()).expect("check"),
+            "subscriber_nsess_mismatch",
+            &sub(3).to_string(),
+            "home block's session count bumped",
+        );
+        t.blocks.update(&gid.to_ne_bytes(), &bw.to_ne_bytes(), libbpf_rs::MapFlags::ANY).expect("write");
+        assert_healthy(t, "home block count restored");
     });
 }
 

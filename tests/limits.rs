@@ -41,8 +41,13 @@ fn expect_refused(env: &Env, p: &Pkt, reason: &str, code: u8, what: &str) {
     env.assert_unchanged(&tables, what);
 }
 
+/// The subscriber's session count: its entry's plus its home block word's (nx_limits.h).
 fn sub_nsess(env: &Env, ip: Ipv4Addr) -> u32 {
-    env.subscriber(ip).unwrap_or_else(|| panic!("expected a subscriber entry for {ip}")).nsess
+    env.dp
+        .tables
+        .sub_sessions(u32::from(ip).to_be())
+        .expect("expected the counts to be readable")
+        .unwrap_or_else(|| panic!("expected a subscriber entry for {ip}"))
 }
 
 /// RFC 6888 REQ-4: at `limits.max_sessions_per_subscriber` a subscriber's next outbound
@@ -99,8 +104,8 @@ fn outbound_sessions_stop_at_the_subscriber_limit() {
             std::thread::sleep(std::time::Duration::from_millis(2300));
             env.sweep();
             assert!(env.sessions().is_empty(), "expected every session expired");
-            if let Some(s) = env.subscriber(sub(1)) {
-                assert_eq!(s.nsess, 0, "the reaper counts expired sessions down");
+            if env.subscriber(sub(1)).is_some() {
+                assert_eq!(sub_nsess(env, sub(1)), 0, "the reaper counts expired sessions down");
             }
             xlate_out(env, &Pkt::udp(sub(1), 7002, SERVER, 53), "after expiry, a new session");
         });
@@ -149,6 +154,104 @@ fn inbound_sessions_stop_at_the_subscriber_limit() {
         for i in 0..5u16 {
             xlate_out(env, &Pkt::udp(sub(2), 8000 + i, SERVER, 53), "another subscriber's new flow");
         }
+    });
+}
+
+/// Where dynamic mode counts (bpf/nx_limits.h): a subscriber with state only in its home
+/// block counts its sessions on the block's word (sessions flagged HOMECNT), not on its
+/// entry, whatever the mapping's kind (a port-class one too); once its home walk is full
+/// and it takes a second block (MIXED set first) sessions count on the entry, the limit
+/// on the sum of both; the reaper gives each count back where it was taken, and the checker
+/// agrees at every step.
+#[test]
+fn the_count_lives_on_the_home_block_until_the_subscriber_has_state_elsewhere() {
+    let c = Cfg::default()
+        .set("nat", "block_size", "8")
+        .set("nat", "home_probe", "1")
+        .set("limits", "max_sessions_per_subscriber", "14")
+        .set("timeouts", "udp", "\"1s\"")
+        .set("timeouts", "port_hold_down", "\"1s\"");
+    with_env(&c, |env| {
+        let ip = u32::from(sub(1)).to_be();
+        let cfg = env.dp.tables.config().expect("config");
+        let gid = natrix::tables::home_block(&cfg, ip).expect("a home block");
+        let word = || env.block_word(gid);
+        let home = || natrix::tables::block_nsess(word());
+        let mixed = || word() & natrix::abi::BLOCK_MIXED != 0;
+        let entry = || env.subscriber(sub(1)).expect("an entry").nsess;
+        let flagged = || {
+            env.live_sessions()
+                .iter()
+                .filter(|(k, s)| k.in_ip == ip && s.flags & natrix::abi::SF_HOMECNT != 0)
+                .count() as u32
+        };
+        let healthy = |what: &str| {
+            let r = natrix::check::check_tables(&env.dp.tables).expect("check");
+            assert!(r.problems.is_empty(), "{what}: the checker found {:?}", r.problems);
+        };
+        for (i, rem) in [(SERVER, 53), (SERVER, 54), (SERVER2, 53)].iter().enumerate() {
+            xlate_out(env, &Pkt::udp(sub(1), 7000, rem.0, rem.1), &format!("walk session {i}"));
+        }
+        assert_eq!(word() as u32, ip, "the subscriber owns its home block");
+        assert_eq!((home(), entry(), flagged(), mixed()), (3, 0, 3, false), "three counted on the block word");
+        healthy("home-counted");
+        // a port-class port's mapping is in the table, but the subscriber has no state
+        // outside its home block that its walk must know of: counted there too
+        xlate_out(env, &Pkt::udp(sub(1), 123, SERVER, 123), "a port-class session");
+        assert_eq!((home(), entry(), flagged(), mixed()), (4, 0, 4, false), "the port-class session");
+        // new mappings until the walk finds no room and a second block is taken
+        let mut port = 7001;
+        while !mixed() {
+            assert!(port < 7012, "expected a table mapping within the block's 8 ports");
+            xlate_out(env, &Pkt::udp(sub(1), port, SERVER, 53), "a new mapping");
+            port += 1;
+        }
+        let h = home();
+        assert_eq!(entry(), 1, "the first session after MIXED counts on the entry");
+        assert_eq!(h + 1, 4 + (port - 7001) as u32, "every session counted once");
+        assert_eq!(flagged(), h);
+        // walk sessions count on the entry too now, the limit on the sum
+        while sub_nsess(env, sub(1)) < 14 {
+            xlate_out(env, &Pkt::udp(sub(1), 7000, SERVER2, 1000 + port), "up to the limit");
+            port += 1;
+        }
+        assert_eq!((home(), flagged()), (h, h), "the block's count is final once MIXED");
+        assert_eq!(entry(), 14 - h);
+        expect_refused(env, &Pkt::udp(sub(1), 7000, SERVER, 9), "session_quota", 1, "one beyond the limit");
+        healthy("counted in both places");
+        // expiry: each count back where it was taken
+        std::thread::sleep(std::time::Duration::from_millis(2300));
+        env.sweep();
+        assert!(env.live_sessions().is_empty(), "expected every session expired");
+        assert_eq!(natrix::tables::block_nsess(env.block_word(gid)), 0, "the block word counted down");
+        if env.subscriber(sub(1)).is_some() {
+            assert_eq!(entry(), 0, "the entry counted down");
+        }
+        healthy("after expiry");
+    });
+}
+
+/// A home block word that still counts sessions is never released by the daemon, even
+/// with no port counted (the owner must keep it: the reaper gives the count back there).
+#[test]
+fn a_block_counting_sessions_is_not_released() {
+    with_env(&Cfg::default(), |env| {
+        let ip = u32::from(sub(1)).to_be();
+        let cfg = env.dp.tables.config().expect("config");
+        let gid = natrix::tables::home_block(&cfg, ip).expect("a home block");
+        // owned, no port counted, two sessions counted: written through the map
+        let w = ip as u64 | 2 << natrix::abi::BLOCK_NSESS_SHIFT;
+        env.dp.tables.blocks.update(&gid.to_ne_bytes(), &w.to_ne_bytes(), libbpf_rs::MapFlags::ANY).unwrap();
+        for _ in 0..3 {
+            env.sweep();
+        }
+        assert_eq!(env.block_word(gid), w, "the block kept its owner and counts");
+        // without the sessions' count it is released as an empty owned block (two sweeps)
+        env.dp.tables.blocks.update(&gid.to_ne_bytes(), &(ip as u64).to_ne_bytes(), libbpf_rs::MapFlags::ANY).unwrap();
+        for _ in 0..3 {
+            env.sweep();
+        }
+        assert_eq!(env.block_word(gid), 0, "an empty owned block counting nothing is released");
     });
 }
 

@@ -327,8 +327,8 @@ fn udp_out_and_reply_in_are_translated() {
         let s = env.session(sub(1), 40000, SERVER, 53, UDP).expect("expected the UDP session");
         assert_eq!(
             (s.state, s.flags),
-            (ST_NONE, 0),
-            "expected a UDP session with no TCP state, created outbound"
+            (ST_NONE, natrix::abi::SF_HOMECNT),
+            "expected a UDP session with no TCP state, created outbound, counted on its subscriber's home block"
         );
 
         let before = env.stats();

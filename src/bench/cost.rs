@@ -130,9 +130,9 @@ max_blocks_per_subscriber = 32
 max_subscribers = {subs}
 max_mappings = {n}
 max_sessions = {n}
-# one subscriber holds up to ALLOC_MAX sessions in the allocation curve: no per-subscriber
-# limit (its count is still kept, so its cost is measured)
-max_sessions_per_subscriber = 0
+# one subscriber holds up to ALLOC_MAX sessions in the allocation curve: a per-subscriber
+# limit above that (checked and counted, so its cost is measured)
+max_sessions_per_subscriber = 100000
 [daemon]
 pin_path = "/sys/fs/bpf/natrix-bench-cost"
 "#,

@@ -263,6 +263,35 @@ fn fmt_rounds(v: &[((u64, u64), f64)]) -> String {
     format!("; round by round (passes in turn): {}", list.join(", "))
 }
 
+/// natrix against the reference build (gateway natrixref, scripts/bench.sh NATRIX_REF), one
+/// line per case both were measured in: the median over rounds (and passes) of the
+/// per-gateway-CPU ratio reference time / this build's time, each pair measured seconds
+/// apart; above 1 this build is faster.
+fn against_reference(recs: &[Value]) -> Vec<String> {
+    let mut cases: Vec<(String, String, u64)> = recs
+        .iter()
+        .filter(|r| r["kind"] == "e2e" && r["gateway"] == "natrixref")
+        .filter_map(|r| Some((r["case"].as_str()?.to_string(), r["proto"].as_str()?.to_string(), r["size"].as_u64()?)))
+        .collect();
+    cases.sort();
+    cases.dedup();
+    cases
+        .iter()
+        .filter_map(|(case, proto, size)| {
+            let v = round_ratios(recs, "natrix", "natrixref", case, proto, *size);
+            if v.is_empty() {
+                return None;
+            }
+            let m = median(v.iter().map(|(_, x)| *x).collect());
+            Some(format!(
+                "REF    natrix vs the reference build, {case} {proto} {size} B: {} its capacity{}",
+                fmt_ratio(m),
+                fmt_rounds(&v)
+            ))
+        })
+        .collect()
+}
+
 fn targets(e: &[E2e], cost: &[Value], recs: &[Value]) -> Vec<Target> {
     let mut t = Vec::new();
     // 1. natrix vs the plain XDP forwarder, 64-byte packets
@@ -875,6 +904,9 @@ pub fn run(a: &ReportArgs) -> Result<()> {
     }
     if let Some((ok, text)) = &check {
         println!("{} {text}", if *ok { "CHECK " } else { "FAILED" });
+    }
+    for line in against_reference(&recs) {
+        println!("{line}");
     }
     if let Some(doc) = &a.docs {
         let md = markdown(&machine, &e, &cost, alloc.as_ref(), &t, check.as_ref(), rounds);
