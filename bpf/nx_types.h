@@ -657,6 +657,7 @@ enum nx_stat {
 	NX_STAT_FIB_LOOKUP,	 /* asked the kernel's FIB (not answered by the FIB cache) */
 	NX_STAT_HOME_BLOCK,	 /* a block taken was the subscriber's home block (nx_alloc.h) */
 	NX_STAT_PASS_OTHER_HOST, /* unicast frame for another MAC: the kernel ignores it */
+	NX_STAT_FRAG_REINJECTED, /* held early fragments the daemon translated and sent on */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */
@@ -684,7 +685,13 @@ enum nx_stat {
 	NX_DROP_NOT_SUBSCRIBER, /* source outside the subscriber prefixes */
 	NX_DROP_SESSION_QUOTA,	/* the subscriber holds limits.max_sessions_per_subscriber */
 	NX_DROP_FRAG_TOO_BIG,	/* early fragment larger than natrix can hold (NX_FRAG_HOLD_MAX) */
-	NX_DROP_INTERNAL,	/* a lookup that cannot fail did: a bug, never expected */
+	/* held early fragments the daemon gave up (src/frag.rs): its first fragment never
+	 * came within fragments.timeout; pushed out by a newer one at fragments.max_held; the
+	 * raw socket refused to send it */
+	NX_DROP_FRAG_EXPIRED,
+	NX_DROP_FRAG_EVICTED,
+	NX_DROP_FRAG_SEND_FAILED,
+	NX_DROP_INTERNAL, /* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };
 

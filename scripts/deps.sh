@@ -3,14 +3,18 @@
 # Checks what building and testing natrix needs, and installs what is missing (Debian 12).
 set -euo pipefail
 
+# What is checked depends on the target (make passes it): build needs the compilers and
+# libraries only; test adds the tools the tests drive; bench and lint add theirs.
+what=${1:-build}
+case $what in build | test | bench | lint) ;; *) echo "deps: unknown target $what (build, test, bench, lint)" >&2; exit 2 ;; esac
 need_pkgs=()
 check() { # check <command-or-file> <debian package>
 	if [[ $1 == /* ]]; then [[ -e $1 ]] || need_pkgs+=("$2")
 	else command -v "$1" >/dev/null 2>&1 || need_pkgs+=("$2"); fi
 }
+# build
 check clang clang
 check llvm-strip llvm
-check clang-format clang-format # make lint, make fmt
 check pkg-config pkg-config
 check /usr/include/libelf.h libelf-dev
 check /usr/include/zlib.h zlib1g-dev
@@ -19,16 +23,23 @@ check /usr/include/linux/bpf.h linux-libc-dev
 # sys/socket.h) ask for the 32-bit stubs
 if [[ $(uname -m) == x86_64 ]]; then check /usr/include/x86_64-linux-gnu/gnu/stubs-32.h libc6-dev-i386; fi
 check make make
-check ip iproute2
-check ethtool ethtool
-check ping iputils-ping
-check curl curl
-check nft nftables
-check conntrack conntrack # make bench: flushes nftables' state between runs
-check /usr/lib/python3/dist-packages/matplotlib python3-matplotlib # make bench: plots
-check python3 python3
-check unshare util-linux
-check turnserver coturn
+if [[ $what == test || $what == bench ]]; then
+	check ip iproute2
+	check ethtool ethtool
+	check ping iputils-ping
+	check curl curl
+	check python3 python3
+	check /usr/lib/python3/dist-packages/matplotlib python3-matplotlib # the bench's plots (its smoke run is a test)
+	check unshare util-linux
+	check turnserver coturn # tests/rfc_netns.rs: NAT behaviour as a TURN server sees it
+fi
+if [[ $what == bench ]]; then
+	check nft nftables
+	check conntrack conntrack # flushes nftables' state between runs
+fi
+if [[ $what == lint ]]; then
+	check clang-format clang-format
+fi
 
 if ((${#need_pkgs[@]})); then
 	echo "deps: installing ${need_pkgs[*]}"
@@ -47,7 +58,15 @@ if [[ $(printf '%s\n1.82.0\n' "$rustc_v" | sort -V | head -1) != 1.82.0 ]]; then
 	echo "deps: rustc $rustc_v is older than 1.82: install a newer toolchain (rustup)" >&2
 	exit 1
 fi
+if [[ $what == lint ]]; then
+	for c in rustfmt clippy; do
+		if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+			command -v rustup >/dev/null 2>&1 || { echo "deps: cargo $c missing and no rustup to add it" >&2; exit 1; }
+			rustup component add "$c"
+		fi
+	done
+fi
 if ! mount | grep -q ' type bpf '; then
 	echo "deps: note: no bpffs mounted; natrix mounts one at /sys/fs/bpf when it starts"
 fi
-echo "deps: ok (clang $(clang --version | head -1 | grep -o '[0-9]*\.[0-9.]*' | head -1), rustc $rustc_v)"
+echo "deps ($what): ok (clang $(clang --version | head -1 | grep -o '[0-9]*\.[0-9.]*' | head -1), rustc $rustc_v)"

@@ -57,8 +57,8 @@ use crate::abi::{
 use crate::dataplane::ip_from_be;
 use crate::expiry::range_word_needed;
 use crate::tables::{
-    block_nsess, block_of, block_used, det_first, home_block, det_start, home_start, is_home_word, now_ns, port_index,
-    port_index_parts, port_word_ip, proto_name, walk_home, MmapWords, TableError, Tables,
+    block_nsess, block_of, block_used, det_first, det_start, home_block, home_start, is_home_word, now_ns,
+    port_index, port_index_parts, port_word_ip, proto_name, walk_home, MmapWords, TableError, Tables,
 };
 
 /// One broken invariant: `kind` a stable snake_case name, `detail` the entries involved.
@@ -677,7 +677,8 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
     owners.sort_unstable();
     owners.dedup();
     for ip in owners {
-        let (want, have) = (per_sub_home.get(&ip).copied().unwrap_or(0), home_counted.get(&ip).copied().unwrap_or(0));
+        let (want, have) =
+            (per_sub_home.get(&ip).copied().unwrap_or(0), home_counted.get(&ip).copied().unwrap_or(0));
         if want != have {
             p.push(
                 "subscriber_nsess_mismatch",

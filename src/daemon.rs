@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -135,15 +135,20 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
         if h.is_holding() {
             h.flush(&frags);
         }
+        // every held fragment's fate is counted (nx_stats, shown by natrix stats)
+        for (name, n) in h.take_stats().counters() {
+            if n == 0 {
+                continue;
+            }
+            let idx = crate::tables::stat_index(name).expect("a counter of nx_stats");
+            if let Err(e) = dp.tables.stat_add(idx, n) {
+                warn!("counting {n} {name}: {e}");
+            }
+        }
     }
     if let Some(t) = fibwatch {
         let _ = t.join();
     }
     info!("stopping; the data plane keeps translating (pinned under {})", pin.display());
     Ok(())
-}
-
-/// Loads the config for `run`, turning every problem into the operator-facing message.
-pub fn load_config(path: &Path) -> Result<Config> {
-    Config::load(path).with_context(|| format!("{}", path.display()))
 }

@@ -403,6 +403,7 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 fn is_bpffs(p: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: statfs is plain C integers: all zeroes is valid.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid path and out-pointer.
     unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }

@@ -24,8 +24,9 @@ use crate::abi::{
 };
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
 use crate::tables::{
-    block_nsess, block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start, is_home_word, now_ns,
-    now_tick, port_index_parts, port_word_ip, read_pod, walk_home, MmapWords, TableError, Tables,
+    block_nsess, block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start,
+    is_home_word, now_ns, now_tick, port_index_parts, port_word_ip, read_pod, walk_home, MmapWords,
+    TableError, Tables,
 };
 
 /// What one sweep did.

@@ -27,11 +27,26 @@ struct Held {
     deadline: Instant,
 }
 
+/// What became of held fragments since the daemon last took these counts
+/// ([`FragHolder::take_stats`]) into `nx_stats`: reinjected, or dropped with a reason.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FragStats {
     pub reinjected: u64,
     pub expired: u64,
-    pub overflow: u64,
+    pub evicted: u64,
+    pub send_failed: u64,
+}
+
+impl FragStats {
+    /// (counter name in `natrix stats`, count), every one.
+    pub fn counters(&self) -> [(&'static str, u64); 4] {
+        [
+            ("fragments_reinjected", self.reinjected),
+            ("fragment_expired", self.expired),
+            ("fragment_evicted", self.evicted),
+            ("fragment_send_failed", self.send_failed),
+        ]
+    }
 }
 
 pub struct FragHolder {
@@ -39,7 +54,7 @@ pub struct FragHolder {
     max_held: usize,
     timeout: Duration,
     sock: i32,
-    pub stats: FragStats,
+    stats: FragStats,
 }
 
 impl FragHolder {
@@ -59,6 +74,11 @@ impl FragHolder {
         })
     }
 
+    /// The counts since the last call, which start again from 0.
+    pub fn take_stats(&mut self) -> FragStats {
+        std::mem::take(&mut self.stats)
+    }
+
     pub fn is_holding(&self) -> bool {
         !self.held.is_empty()
     }
@@ -73,7 +93,7 @@ impl FragHolder {
         let Some(packet) = rec.get(HOLD_HDR..HOLD_HDR + len) else { return };
         if self.held.len() >= self.max_held {
             self.held.pop_front();
-            self.stats.overflow += 1;
+            self.stats.evicted += 1;
         }
         self.held.push_back(Held { key, packet: packet.to_vec(), deadline: Instant::now() + self.timeout });
     }
@@ -91,6 +111,8 @@ impl FragHolder {
                     translate(&mut h.packet, r.in_ip);
                     if self.send(&h.packet, r.in_ip) {
                         self.stats.reinjected += 1;
+                    } else {
+                        self.stats.send_failed += 1;
                     }
                 }
                 _ if h.deadline <= now => self.stats.expired += 1,

@@ -2,13 +2,29 @@
 //! natrix: a carrier-grade NAT44 gateway whose data plane runs in XDP.
 
 pub mod skel {
-    #![allow(clippy::all, non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused)]
+    #![allow(
+        clippy::all,
+        clippy::undocumented_unsafe_blocks,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        dead_code,
+        unused
+    )]
     include!(concat!(env!("OUT_DIR"), "/natrix.skel.rs"));
 }
 
 /// Skeletons of the benchmark programs (bpf/bench/), one module per object.
 pub mod bench_skel {
-    #![allow(clippy::all, non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused)]
+    #![allow(
+        clippy::all,
+        clippy::undocumented_unsafe_blocks,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        dead_code,
+        unused
+    )]
     pub mod generator {
         include!(concat!(env!("OUT_DIR"), "/bench_gen.skel.rs"));
     }

@@ -14,10 +14,10 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use thiserror::Error;
 
 use crate::abi::{
-    sub_state, BLOCK_NSESS_MASK, BLOCK_NSESS_SHIFT, BLOCK_USED_MASK, BLOCK_USED_SHIFT, CF_PORT_PARITY, DET_KEY, HOME_KEY, MAPS_W0_KEY, MF_DET,
-    PORT_INDEX_SHIFT, PORT_IP_SHIFT, PROTO_ICMP, PROTO_OF_IDX, PROTO_TCP, PROTO_UDP, P_ICMP, P_TCP, P_UDP,
-    SESS_W0_KEY, SLOT_ALT, SLOT_CTL_SHIFT, SLOT_GEN_MASK, SLOT_LIVE, SLOT_OVF_OFF, SLOT_STATE_MASK,
-    SUB_HASH_K1, TAB_PROBE, TAB_SUBS, TCP_STATE_NAMES,
+    sub_state, BLOCK_NSESS_MASK, BLOCK_NSESS_SHIFT, BLOCK_USED_MASK, BLOCK_USED_SHIFT, CF_PORT_PARITY,
+    DET_KEY, HOME_KEY, MAPS_W0_KEY, MF_DET, PORT_INDEX_SHIFT, PORT_IP_SHIFT, PROTO_ICMP, PROTO_OF_IDX,
+    PROTO_TCP, PROTO_UDP, P_ICMP, P_TCP, P_UDP, SESS_W0_KEY, SLOT_ALT, SLOT_CTL_SHIFT, SLOT_GEN_MASK,
+    SLOT_LIVE, SLOT_OVF_OFF, SLOT_STATE_MASK, SUB_HASH_K1, TAB_PROBE, TAB_SUBS, TCP_STATE_NAMES,
 };
 use crate::abi::{
     BLOCK_MIXED, NPROTO, PORT_FREE, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED,
@@ -263,7 +263,6 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
-/// A plain C struct read back from map bytes.
 /// What the contents of the tables this natrix writes mean (`nx_config.layout`). Raise it
 /// with every change to how a mapping is found or what a table entry or port word holds:
 /// a takeover across a change is then refused, in both directions, instead of reading
@@ -271,8 +270,10 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// parts (the parity fallback). 2: dynamic mode's home-walk mappings (bpf/nx_home.h).
 /// 3: per-subscriber session counts (`nx_sub.nsess`, `nx_det_nsess`), interface MACs.
 /// 4: a home block's word counts its owner's sessions (NSESS, sessions flagged HOMECNT).
-pub const TABLE_LAYOUT: u32 = 4;
+/// 5: the daemon's fragment counters in nx_stats.
+pub const TABLE_LAYOUT: u32 = 5;
 
+/// A plain C struct read back from map bytes.
 pub fn read_pod<T: Copy + Default>(b: &[u8]) -> T {
     assert!(b.len() >= std::mem::size_of::<T>(), "short map value");
     // SAFETY: length checked; T is plain old data valid for any bit pattern.
@@ -366,6 +367,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_STAT_FRAG_OUT, "fragments_out"),
     (nx_stat::NX_STAT_FRAG_IN, "fragments_in"),
     (nx_stat::NX_STAT_FRAG_HELD, "fragments_held"),
+    (nx_stat::NX_STAT_FRAG_REINJECTED, "fragments_reinjected"),
     (nx_stat::NX_STAT_FIB_LOOKUP, "fib_lookups"),
     (nx_stat::NX_STAT_HOME_BLOCK, "home_blocks"),
     (nx_stat::NX_STAT_PASS_OTHER_HOST, "pass_other_host"),
@@ -393,6 +395,9 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_DROP_NOT_SUBSCRIBER, "not_subscriber"),
     (nx_stat::NX_DROP_SESSION_QUOTA, "session_quota"),
     (nx_stat::NX_DROP_FRAG_TOO_BIG, "fragment_too_big"),
+    (nx_stat::NX_DROP_FRAG_EXPIRED, "fragment_expired"),
+    (nx_stat::NX_DROP_FRAG_EVICTED, "fragment_evicted"),
+    (nx_stat::NX_DROP_FRAG_SEND_FAILED, "fragment_send_failed"),
     (nx_stat::NX_DROP_INTERNAL, "internal_error"),
 ];
 
@@ -809,7 +814,8 @@ impl Tables {
             if i >= cfg.det_count {
                 return Ok(None);
             }
-            let v = self.det_nsess.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(map_err("nx_det_nsess"))?;
+            let v =
+                self.det_nsess.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(map_err("nx_det_nsess"))?;
             return Ok(v.map(|v| u32::from_ne_bytes(v[..4].try_into().expect("u32 value"))));
         }
         let entry = self.subscribers()?.into_iter().find(|(k, _)| *k == ip).map(|(_, e)| e.nsess);
@@ -981,6 +987,19 @@ impl Tables {
             .collect()
     }
 
+    /// Adds n to counter `idx` (`enum nx_stat`), on CPU 0's slot. For the counters only the
+    /// daemon writes (the held fragments' fates): the data plane never touches them, so
+    /// this read-modify-write of every CPU's slot loses nothing.
+    pub fn stat_add(&self, idx: usize, n: u64) -> Result<()> {
+        let key = (idx as u32).to_ne_bytes();
+        let mut per_cpu =
+            self.stats.lookup_percpu(&key, MapFlags::ANY).map_err(map_err("nx_stats"))?.unwrap_or_default();
+        let Some(first) = per_cpu.first_mut() else { return Ok(()) };
+        let v = read_pod::<u64>(first).wrapping_add(n);
+        first[..8].copy_from_slice(&v.to_ne_bytes());
+        self.stats.update_percpu(&key, &per_cpu, MapFlags::ANY).map_err(map_err("nx_stats"))
+    }
+
     /// One outside port word (see nx_types.h), read through the syscall interface.
     pub fn port_word(&self, addr_idx: u32, proto: u8, port: u16) -> Result<u64> {
         let idx = port_index(addr_idx, proto, port);
@@ -1137,6 +1156,8 @@ pub struct MmapWords {
 
 // SAFETY: the mapping is shared memory accessed only through atomics.
 unsafe impl Send for MmapWords {}
+// SAFETY: as for Send: every access to the shared words is atomic, and the mapping is
+// unmapped only by Drop, when no reference is left.
 unsafe impl Sync for MmapWords {}
 
 impl MmapWords {

@@ -252,7 +252,11 @@ fn walk_word_corruption_is_named() {
         let cfg = t.config().expect("config");
         let gid = natrix::tables::home_block(&cfg, ip_be(sub(3))).expect("a home block");
         let bw = env.block_word(gid);
-        assert_eq!(natrix::tables::block_nsess(bw), 1, "expected the home block word to count the session: {bw:#x}");
+        assert_eq!(
+            natrix::tables::block_nsess(bw),
+            1,
+            "expected the home block word to count the session: {bw:#x}"
+        );
         let bad = bw + (1 << natrix::abi::BLOCK_NSESS_SHIFT);
         t.blocks.update(&gid.to_ne_bytes(), &bad.to_ne_bytes(), libbpf_rs::MapFlags::ANY).expect("write");
         assert_found(

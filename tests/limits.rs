@@ -193,7 +193,11 @@ fn the_count_lives_on_the_home_block_until_the_subscriber_has_state_elsewhere() 
             xlate_out(env, &Pkt::udp(sub(1), 7000, rem.0, rem.1), &format!("walk session {i}"));
         }
         assert_eq!(word() as u32, ip, "the subscriber owns its home block");
-        assert_eq!((home(), entry(), flagged(), mixed()), (3, 0, 3, false), "three counted on the block word");
+        assert_eq!(
+            (home(), entry(), flagged(), mixed()),
+            (3, 0, 3, false),
+            "three counted on the block word"
+        );
         healthy("home-counted");
         // a port-class port's mapping is in the table, but the subscriber has no state
         // outside its home block that its walk must know of: counted there too
@@ -247,7 +251,11 @@ fn a_block_counting_sessions_is_not_released() {
         }
         assert_eq!(env.block_word(gid), w, "the block kept its owner and counts");
         // without the sessions' count it is released as an empty owned block (two sweeps)
-        env.dp.tables.blocks.update(&gid.to_ne_bytes(), &(ip as u64).to_ne_bytes(), libbpf_rs::MapFlags::ANY).unwrap();
+        env.dp
+            .tables
+            .blocks
+            .update(&gid.to_ne_bytes(), &(ip as u64).to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+            .unwrap();
         for _ in 0..3 {
             env.sweep();
         }

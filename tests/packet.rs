@@ -2112,26 +2112,6 @@ malformed! {
     out_icmp_error_about_an_unmapped_port: Outside, |o| Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &sent_quote((o.0, o.1 ^ 0x40))).build(), XDP_DROP, "no_mapping";
 }
 
-/// A frame shorter than an Ethernet header must be dropped as malformed_eth. It can only
-/// be fed to the program behind XDP metadata (BPF_PROG_TEST_RUN refuses data_in < 14).
-#[test]
-#[ignore = "UNTESTABLE here (not a natrix bug): kernel 6.18 BPF_PROG_TEST_RUN refuses XDP frames shorter than 14 bytes (EINVAL), metadata or not"]
-fn truncated_ethernet_frame_is_malformed_eth() {
-    with_env(&cfg(), |env| {
-        for side in [Side::Inside, Side::Outside] {
-            let mut data = vec![0u8; 4]; // metadata
-            data.extend_from_slice(&in_udp()[..10]);
-            let before = env.stats();
-            let (v, _) = env
-                .try_run_meta(side, &data, 4)
-                .unwrap_or_else(|e| panic!("expected the kernel to run a 10-byte frame, it refused: {e}"));
-            assert_eq!(v, XDP_DROP, "expected a 10-byte frame dropped");
-            let rx = if side == Side::Inside { "rx_inside" } else { "rx_outside" };
-            env.assert_counters(&before, &[(rx, 1), ("malformed_eth", 1)], "10-byte frame");
-        }
-    });
-}
-
 // =============================================================================================
 // 6. Handed to the kernel
 // =============================================================================================

@@ -99,6 +99,7 @@ impl Capture {
                 // SAFETY: zeroed sockaddr_ll is valid; buffers sized as passed.
                 let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
                 let mut slen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+                // SAFETY: buf, sll and slen are live locals and the lengths passed are theirs.
                 let n = unsafe {
                     libc::recvfrom(
                         fd.as_raw_fd(),
@@ -395,12 +396,26 @@ fn fragments_out_of_order_inbound() {
     let (d, from) = recv_big(&c).expect("reverse-order inbound fragments: nothing arrived");
     assert_eq!(from, srv_addr);
     assert!(d == big, "reverse-order inbound datagram corrupted ({} bytes)", d.len());
-    let st2 = t.stats();
+    let mut st2 = t.stats();
     assert!(
         st2.counter("fragments_held") >= st1.counter("fragments_held") + 2,
         "the two early fragments were not held: {:?}",
         st2.0
     );
+    // and counted as sent on by the daemon (it counts right after sending: a moment later)
+    for _ in 0..100 {
+        if st2.counter("fragments_reinjected") >= st1.counter("fragments_reinjected") + 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        st2 = t.stats();
+    }
+    assert!(
+        st2.counter("fragments_reinjected") >= st1.counter("fragments_reinjected") + 2,
+        "the two held fragments were not counted as reinjected: {:?}",
+        st2.0
+    );
+    assert_eq!(st2.drop_count("fragment_expired") + st2.drop_count("fragment_evicted"), 0, "{:?}", st2.0);
 
     // outbound in reverse order, crafted in subscriber 1 from the mapped socket's port
     let raw_s1 = raw_ip_socket(&t.s1);

@@ -271,7 +271,9 @@ fn against_reference(recs: &[Value]) -> Vec<String> {
     let mut cases: Vec<(String, String, u64)> = recs
         .iter()
         .filter(|r| r["kind"] == "e2e" && r["gateway"] == "natrixref")
-        .filter_map(|r| Some((r["case"].as_str()?.to_string(), r["proto"].as_str()?.to_string(), r["size"].as_u64()?)))
+        .filter_map(|r| {
+            Some((r["case"].as_str()?.to_string(), r["proto"].as_str()?.to_string(), r["size"].as_u64()?))
+        })
         .collect();
     cases.sort();
     cases.dedup();

@@ -175,6 +175,7 @@ pub fn mac_of(name: &str) -> Result<[u8; 6]> {
     }
     // SAFETY: we own s.
     let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    // SAFETY: ifreq is plain C data (integers, arrays, a union of them): all zeroes is valid.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     if name.len() >= req.ifr_name.len() {
         bail!("interface name {name} too long");
@@ -252,6 +253,7 @@ pub fn machine() -> serde_json::Value {
         .find_map(|l| l.strip_prefix("MemTotal:").map(|v| v.trim().trim_end_matches("kB").trim().to_string()))
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
+    // SAFETY: utsname is arrays of c_char: all zeroes is valid.
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer.
     unsafe { libc::uname(&mut uts) };
