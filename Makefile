@@ -15,26 +15,27 @@ deps: ## check the machine for building, install what is missing (apt-get)
 deps-test deps-bench deps-lint: # what make test, make bench and make lint need besides
 	@scripts/deps.sh $(@:deps-%=%)
 
-build: deps ## build target/release/natrix (data plane included)
-	$(CARGO) build --release --locked
+build: deps ## build target/release/natrix (data plane included): the product only
+	$(CARGO) build --release --locked -p natrix
 
 test: build deps-test ## every test: unit, BPF_PROG_TEST_RUN packets, namespaces (needs root)
-	$(CARGO) test --release --locked -- --test-threads=2
+	$(CARGO) test --release --locked --workspace -- --test-threads=2
 
 demo: build deps-test ## namespaces, gateway, traffic from two subscribers, sessions shown
 	scripts/demo.sh
 
 bench: build deps-bench ## benchmarks: bench-results/, docs/PERFORMANCE.md (BENCH_QUICK=1: ~2 min)
+	$(CARGO) build --release --locked -p natrix-bench
 	scripts/bench.sh
 
 lint: deps deps-lint ## formatting, clippy -D warnings, clang-format (CI runs it)
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --release --locked --all-targets -- -D warnings
-	clang-format --dry-run --Werror bpf/*.c bpf/*.h bpf/bench/*.c
+	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+	clang-format --dry-run --Werror bpf/*.c bpf/*.h bench/bpf/*.c bench/bpf/*.h
 
 fmt: deps deps-lint ## format Rust and C
 	$(CARGO) fmt --all
-	clang-format -i bpf/*.c bpf/*.h bpf/bench/*.c
+	clang-format -i bpf/*.c bpf/*.h bench/bpf/*.c bench/bpf/*.h
 
 clean: ## remove build output
 	$(CARGO) clean

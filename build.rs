@@ -31,10 +31,6 @@ fn main() {
     };
     // The data plane.
     skeleton("bpf/natrix.bpf.c", "bpf", &out_dir.join("natrix.skel.rs"), multiarch);
-    // Benchmark programs (bpf/bench/): generator, test-run harness, minimal forwarder, sink.
-    for name in ["gen", "harness", "fwd", "sink"] {
-        let src = format!("bpf/bench/nxb_{name}.bpf.c");
-        skeleton(&src, "bpf/bench", &out_dir.join(format!("bench_{name}.skel.rs")), multiarch);
-    }
+    // (the benchmark programs are the bench crate's: bench/build.rs)
     println!("cargo:rerun-if-changed=bpf");
 }

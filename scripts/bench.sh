@@ -29,6 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 NATRIX=${NATRIX:-$ROOT/target/release/natrix}
+NATRIX_BENCH=${NATRIX_BENCH:-$ROOT/target/release/natrix-bench} # generator, harness, report
 PY=/usr/bin/python3 # Debian's, with python3-matplotlib
 OUT=$(realpath -m "${BENCH_OUT:-$ROOT/bench-results}")
 QUICK=${BENCH_QUICK:-0}
@@ -95,7 +96,7 @@ trap 'exit 130' INT TERM
 # ---- topology ------------------------------------------------------------------------------
 topology_up() {
 	for ns in $GEN $SINK; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
-	# The generator's parking place (natrix bench e2e --park-dev): a veth pair that stays
+	# The generator's parking place (natrix-bench e2e --park-dev): a veth pair that stays
 	# down and carries nothing. Attached there, the generator stays in the kernel's XDP
 	# dispatcher, and its test runs do not wait for two RCU grace periods each
 	# (docs/PERFORMANCE.md, R31: on some machines that wait was most of every run).
@@ -135,6 +136,13 @@ mac() { ip -n "$1" -br link show "$2" | awk '{print $3}'; }
 # the generator's provisioning reads may differ between builds).
 isnatrix() { [[ $1 == natrix || $1 == natrixdet || $1 == natrixref ]]; }
 bin_of() { if [[ $1 == natrixref ]]; then echo "$NATRIX_REF"; else echo "$NATRIX"; fi; }
+# the generator for gateway $1, into the array GENCMD: the reference build's own (its
+# natrix-bench beside it, or `natrix bench` in builds from before the bench crate)
+gen_of() {
+	if [[ $1 != natrixref ]]; then GENCMD=("$NATRIX_BENCH")
+	elif [[ -x $(dirname "$NATRIX_REF")/natrix-bench ]]; then GENCMD=("$(dirname "$NATRIX_REF")/natrix-bench")
+	else GENCMD=("$NATRIX_REF" bench); fi
+}
 natrix_nat_conf() { # natrix_nat_conf GATEWAY
 	if [[ $1 == natrixdet || ${NATRIX_MODE:-dynamic} == deterministic ]]; then
 		printf 'mode = "deterministic"\ndeterministic_subscribers = "100.64.0.0/17"\n'
@@ -230,11 +238,11 @@ gateway_up() {
 	natrixdet) natrix_up natrixdet 0 ;;
 	nft) nft_up ;;
 	kernel) ;;
-	xdpfwd) in_ns "$(gwns xdpfwd)" "$NATRIX" bench attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
+	xdpfwd) in_ns "$(gwns xdpfwd)" "$NATRIX_BENCH" attach fwd --dev nxbin,nxbout --pin "$PIN/fwd" ;;
 	# a table as large as natrix's session table in the new-flow runs
-	setupfloor) in_ns "$(gwns setupfloor)" "$NATRIX" bench attach setup-floor --dev nxbin,nxbout \
+	setupfloor) in_ns "$(gwns setupfloor)" "$NATRIX_BENCH" attach setup-floor --dev nxbin,nxbout \
 		--pin "$PIN/floor" --sessions "$NEWFLOW_TABLE" ;;
-	direct) in_ns "$(gwns direct)" "$NATRIX" bench attach sink --dev nxbin --pin "$PIN/direct" ;;
+	direct) in_ns "$(gwns direct)" "$NATRIX_BENCH" attach sink --dev nxbin --pin "$PIN/direct" ;;
 	esac
 }
 
@@ -243,9 +251,9 @@ gateway_down() {
 	natrix | natrixdet | natrixref) natrix_down "$1" ;;
 	nft) nft_down ;;
 	kernel) ;;
-	xdpfwd) "$NATRIX" bench detach --pin "$PIN/fwd" ;;
-	setupfloor) "$NATRIX" bench detach --pin "$PIN/floor" ;;
-	direct) "$NATRIX" bench detach --pin "$PIN/direct" ;;
+	xdpfwd) "$NATRIX_BENCH" detach --pin "$PIN/fwd" ;;
+	setupfloor) "$NATRIX_BENCH" detach --pin "$PIN/floor" ;;
+	direct) "$NATRIX_BENCH" detach --pin "$PIN/direct" ;;
 	esac
 }
 
@@ -255,8 +263,9 @@ e2e() { # e2e GATEWAY CASE ARGS...
 	shift 2
 	[[ $gw == direct ]] && sink=$PIN/direct
 	isnatrix "$gw" && extra+=(--natrix-pin "$PIN/$gw")
-	local line
-	if ! line=$(in_ns $GEN taskset -c $CPU "$(bin_of "$gw")" bench e2e --dev "g$gw" --dst-mac "$(mac "$(gwns "$gw")" nxbin)" \
+	local line GENCMD
+	gen_of "$gw"
+	if ! line=$(in_ns $GEN taskset -c $CPU "${GENCMD[@]}" e2e --dev "g$gw" --dst-mac "$(mac "$(gwns "$gw")" nxbin)" \
 		--sink-pin "$sink" --park-dev nxbpark --gateway "$gw" --case "$case" --round "$ROUND" --subs "$SUBS" \
 		--duration "$DUR" --out "$RAW" "${extra[@]}" "$@" 2>>"$LOG"); then
 		echo "bench: e2e $gw $case $* failed (see $LOG)" >&2
@@ -365,6 +374,7 @@ newflows() {
 # ---- run -----------------------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || { echo "bench: needs root (namespaces, XDP)" >&2; exit 1; }
 [[ -x $NATRIX ]] || { echo "bench: $NATRIX missing: make build" >&2; exit 1; }
+[[ -x $NATRIX_BENCH ]] || { echo "bench: $NATRIX_BENCH missing: make bench builds it" >&2; exit 1; }
 say "machine: $(nproc) CPUs, $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
 if ip netns list | grep -q '^nxb[0-9]*-gen'; then
 	echo "bench: warning: another benchmark is running (namespaces nxb*-gen): numbers will be disturbed" | tee -a "$LOG" >&2
@@ -373,7 +383,7 @@ topology_up
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mkdir -p "$PIN"
 for g in $GATEWAYS; do
-	[[ $g == direct ]] || in_ns $SINK "$NATRIX" bench attach sink --dev "s$g" --pin "$PIN/sink-$g"
+	[[ $g == direct ]] || in_ns $SINK "$NATRIX_BENCH" attach sink --dev "s$g" --pin "$PIN/sink-$g"
 done
 if [[ $GATEWAYS == *nft* ]]; then
 	# conntrack's table is global: room for the largest scale, buckets to match
@@ -386,7 +396,7 @@ if [[ $GATEWAYS == *nft* ]]; then
 fi
 
 [[ -z $BENCH_ONLY ]] && say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
-[[ -z $BENCH_ONLY ]] && in_ns "$(gwns natrix)" taskset -c $CPU "$NATRIX" bench cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
+[[ -z $BENCH_ONLY ]] && in_ns "$(gwns natrix)" taskset -c $CPU "$NATRIX_BENCH" cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
 	--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$RAW" 2>>"$LOG" >/dev/null
 $PY -c 'import json,sys
 for l in open(sys.argv[1]):
@@ -411,7 +421,7 @@ say "report"
 # a partial run (smoke, one part, or with a reference build) leaves the docs alone
 PARTIAL=0
 ((SMOKE)) || [[ -n $BENCH_ONLY || -n $NATRIX_REF ]] && PARTIAL=1
-"$NATRIX" bench report --raw "$RAW" --out "$OUT/results.json" $( ((PARTIAL)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
+"$NATRIX_BENCH" report --raw "$RAW" --out "$OUT/results.json" $( ((PARTIAL)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
 [[ -z $BENCH_ONLY ]] && $PY scripts/plot.py "$OUT/results.json" "$OUT"
 if ! ((PARTIAL)); then
 	mkdir -p docs/img

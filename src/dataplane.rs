@@ -882,16 +882,15 @@ fn link_path(dir: &Path, ifname: &str) -> PathBuf {
     dir.join(format!("link_{ifname}"))
 }
 
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// `XDP_FLAGS_SKB_MODE` and `XDP_FLAGS_DRV_MODE` (linux/if_link.h).
+pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
-/// bpf_link_create for XDP with an explicit mode (native unless configured otherwise), then
-/// pinned. libbpf-rs' attach_xdp does not take the mode flags.
-fn create_xdp_link(prog_fd: i32, i: &Iface, mode: XdpMode, path: &Path) -> Result<()> {
-    let flags = match mode {
-        XdpMode::Native => XDP_FLAGS_DRV_MODE,
-        XdpMode::Generic => XDP_FLAGS_SKB_MODE,
-    };
+/// An XDP bpf_link of program `prog_fd` on interface `ifindex` in the mode `flags` names
+/// (libbpf-rs' attach_xdp does not take the mode flags); the link lives as long as the
+/// descriptor, or a pin of it. Err: the kernel's errno.
+pub fn xdp_link(prog_fd: i32, ifindex: u32, flags: u32) -> std::result::Result<std::os::fd::OwnedFd, i32> {
+    use std::os::fd::FromRawFd;
     let opts = libbpf_rs::libbpf_sys::bpf_link_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_link_create_opts>() as _,
         flags,
@@ -899,40 +898,55 @@ fn create_xdp_link(prog_fd: i32, i: &Iface, mode: XdpMode, path: &Path) -> Resul
     };
     // SAFETY: valid program fd and options struct.
     let fd = unsafe {
-        libbpf_rs::libbpf_sys::bpf_link_create(
-            prog_fd,
-            i.ifindex as i32,
-            libbpf_rs::libbpf_sys::BPF_XDP,
-            &opts,
-        )
+        libbpf_rs::libbpf_sys::bpf_link_create(prog_fd, ifindex as i32, libbpf_rs::libbpf_sys::BPF_XDP, &opts)
     };
     if fd < 0 {
-        let err = std::io::Error::from_raw_os_error(-fd);
-        let hint = if mode == XdpMode::Native && fd == -libc::EOPNOTSUPP {
-            " (the driver has no native XDP: set interfaces.xdp_mode = \"generic\")"
-        } else if fd == -libc::EBUSY {
-            " (another XDP program is attached: remove it first)"
-        } else {
-            ""
-        };
-        return Err(DataplaneError::Interface {
-            name: i.name.clone(),
-            key: if i.role == Role::Inside { "interfaces.inside" } else { "interfaces.outside" },
-            reason: format!("attaching XDP failed: {err}{hint}"),
-        });
+        return Err(-fd);
     }
+    // SAFETY: bpf_link_create returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// An XDP link in the configured mode (native unless configured otherwise), pinned.
+fn create_xdp_link(prog_fd: i32, i: &Iface, mode: XdpMode, path: &Path) -> Result<()> {
+    let flags = match mode {
+        XdpMode::Native => XDP_FLAGS_DRV_MODE,
+        XdpMode::Generic => XDP_FLAGS_SKB_MODE,
+    };
+    let link = match xdp_link(prog_fd, i.ifindex, flags) {
+        Ok(l) => l,
+        Err(errno) => return Err(xdp_link_error(i, mode, errno)),
+    };
     let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
     // SAFETY: valid fd and path.
-    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd, cpath.as_ptr()) };
-    // SAFETY: we own fd; the pin (if made) keeps the link alive.
-    unsafe { libc::close(fd) };
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(link.as_raw_fd(), cpath.as_ptr()) };
+    let pin_err = std::io::Error::last_os_error();
+    // the pin (if made) keeps the link alive once the descriptor is closed
+    drop(link);
     if rc != 0 {
         return Err(DataplaneError::Io {
             what: format!("pinning the XDP link of {} at {}", i.name, path.display()),
-            source: std::io::Error::last_os_error(),
+            source: pin_err,
         });
     }
     Ok(())
+}
+
+/// What attaching XDP to `i` failing with `errno` means for the operator.
+fn xdp_link_error(i: &Iface, mode: XdpMode, errno: i32) -> DataplaneError {
+    let err = std::io::Error::from_raw_os_error(errno);
+    let hint = if mode == XdpMode::Native && errno == libc::EOPNOTSUPP {
+        " (the driver has no native XDP: set interfaces.xdp_mode = \"generic\")"
+    } else if errno == libc::EBUSY {
+        " (another XDP program is attached: remove it first)"
+    } else {
+        ""
+    };
+    DataplaneError::Interface {
+        name: i.name.clone(),
+        key: if i.role == Role::Inside { "interfaces.inside" } else { "interfaces.outside" },
+        reason: format!("attaching XDP failed: {err}{hint}"),
+    }
 }
 
 /// Detaches everything and removes the pinned state: links first (traffic stops being

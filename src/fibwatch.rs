@@ -408,7 +408,7 @@ impl Watch {
 }
 
 /// A watcher that stops (and is joined) when dropped: for data planes without a daemon
-/// (`natrix bench cost`).
+/// (`natrix-bench cost`).
 pub struct Guard {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,

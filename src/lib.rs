@@ -14,33 +14,7 @@ pub mod skel {
     include!(concat!(env!("OUT_DIR"), "/natrix.skel.rs"));
 }
 
-/// Skeletons of the benchmark programs (bpf/bench/), one module per object.
-pub mod bench_skel {
-    #![allow(
-        clippy::all,
-        clippy::undocumented_unsafe_blocks,
-        non_camel_case_types,
-        non_snake_case,
-        non_upper_case_globals,
-        dead_code,
-        unused
-    )]
-    pub mod generator {
-        include!(concat!(env!("OUT_DIR"), "/bench_gen.skel.rs"));
-    }
-    pub mod harness {
-        include!(concat!(env!("OUT_DIR"), "/bench_harness.skel.rs"));
-    }
-    pub mod fwd {
-        include!(concat!(env!("OUT_DIR"), "/bench_fwd.skel.rs"));
-    }
-    pub mod sink {
-        include!(concat!(env!("OUT_DIR"), "/bench_sink.skel.rs"));
-    }
-}
-
 pub mod abi;
-pub mod bench;
 pub mod check;
 pub mod clock;
 pub mod config;

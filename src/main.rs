@@ -19,8 +19,6 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Benchmarks: packet generator, per-packet cost, end to end (see docs/PERFORMANCE.md).
-    Bench(Box<natrix::bench::cli::BenchArgs>),
     /// Run the daemon: validate the config, load or take over the data plane, attach, sweep.
     Run {
         #[arg(short, long)]
@@ -112,7 +110,6 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        Cmd::Bench(args) => natrix::bench::cli::run(*args),
         Cmd::CheckTables { json, pin, sweep_interval } => {
             let opts = natrix::check::Options {
                 sweep_interval: std::time::Duration::from_secs(sweep_interval),

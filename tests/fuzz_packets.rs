@@ -249,13 +249,20 @@ fn mutated_frames_keep_state_consistent() {
         let (fd_out, if_out) = env.prog_fd(Side::Outside);
         // both programs attached somewhere (generic XDP on a veth pair that carries no
         // traffic): a test run of a program attached nowhere may swap it into the kernel's
-        // XDP dispatcher and out again, an RCU wait each (src/bench/gen.rs, park)
+        // XDP dispatcher and out again, an RCU wait each (bench/src/gen.rs, park)
         env.ip(&["link", "add", "fzp0", "type", "veth", "peer", "name", "fzp1"]);
-        let skb = natrix::bench::sys::XDP_FLAGS_SKB_MODE;
+        let skb = natrix::dataplane::XDP_FLAGS_SKB_MODE;
+        let ifi = |n: &str| {
+            let c = std::ffi::CString::new(n).expect("a name without NUL");
+            // SAFETY: a valid NUL-terminated name; resolved in this thread's network namespace.
+            let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+            assert_ne!(i, 0, "expected interface {n}");
+            i
+        };
         let _park_in =
-            natrix::bench::sys::xdp_link(fd_in, "fzp0", skb).expect("expected to park nx_xdp_inside");
+            natrix::dataplane::xdp_link(fd_in, ifi("fzp0"), skb).expect("expected to park nx_xdp_inside");
         let _park_out =
-            natrix::bench::sys::xdp_link(fd_out, "fzp1", skb).expect("expected to park nx_xdp_outside");
+            natrix::dataplane::xdp_link(fd_out, ifi("fzp1"), skb).expect("expected to park nx_xdp_outside");
         let mut verdicts = [0u64; 5];
         let t0 = Instant::now();
         for _ in 0..frames {

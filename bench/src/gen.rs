@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-//! The packet generator: `nxb_gen` (bpf/bench/nxb_gen.bpf.c) run by BPF_PROG_TEST_RUN in
+//! The packet generator: `nxb_gen` (bench/bpf/nxb_gen.bpf.c) run by BPF_PROG_TEST_RUN in
 //! live-frame mode on one end of a veth. Each test run sends `repeat` frames out of that
 //! interface; the generator loops over test runs until the count or the time is reached,
 //! optionally paced to a rate.
@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::flow::FlowSpec;
 use super::sys::{self, BPF_F_TEST_XDP_LIVE_FRAMES};
-use crate::bench_skel::generator::{NxbGenSkel, NxbGenSkelBuilder};
+use crate::skel::generator::{NxbGenSkel, NxbGenSkelBuilder};
 
 pub struct Generator {
     skel: NxbGenSkel<'static>,

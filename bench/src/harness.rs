@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-//! The test-run harness (bpf/bench/nxb_harness.bpf.c): writes the next flow's frame, then
+//! The test-run harness (bench/bpf/nxb_harness.bpf.c): writes the next flow's frame, then
 //! tail-calls the program under test. Timing a program this way in BPF_PROG_TEST_RUN's
 //! repeat mode measures it on fresh packets every run, not on its own output; the
 //! harness' own cost is measured with `nxb_nop` behind it and subtracted by the caller.
@@ -13,7 +13,7 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use super::flow::{copy_cfg, FlowSpec};
 use super::sys;
-use crate::bench_skel::harness::{NxbHarnessSkel, NxbHarnessSkelBuilder};
+use crate::skel::harness::{NxbHarnessSkel, NxbHarnessSkelBuilder};
 
 pub struct Harness {
     skel: NxbHarnessSkel<'static>,

@@ -17,7 +17,7 @@ use super::attach::{open_sink, sink_count};
 use super::flow::{FlowSpec, Mode, TcpFlags};
 use super::gen::Generator;
 use super::sys;
-use crate::tables::{stat_index, Tables};
+use natrix::tables::{stat_index, Tables};
 
 /// Everything that describes one measurement.
 #[derive(Debug, Clone, clap::Args)]
@@ -33,7 +33,7 @@ pub struct E2eArgs {
     /// MAC address of the gateway's interface the frames are addressed to.
     #[arg(long)]
     pub dst_mac: String,
-    /// Pin directory of the sink (natrix bench attach sink).
+    /// Pin directory of the sink (natrix-bench attach sink).
     #[arg(long)]
     pub sink_pin: PathBuf,
     /// What is being measured, for the report (natrix, nft, kernel, xdpfwd).

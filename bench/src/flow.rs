@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //! What the generator and the harness send: the Rust side of `struct nxb_cfg`
-//! (bpf/bench/nxb_types.h). One `FlowSpec` describes a stream of frames; the BPF side turns
+//! (bench/bpf/nxb_types.h). One `FlowSpec` describes a stream of frames; the BPF side turns
 //! each packet's sequence number into a flow number and the flow number into addresses and
 //! ports (see nxb_pkt.h), so the same flow number always means the same connection.
 
@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use anyhow::{bail, Result};
 use serde::Serialize;
 
-use crate::bench_skel::generator::types::{nxb_cfg, nxb_dir, nxb_mode};
+use crate::skel::generator::types::{nxb_cfg, nxb_dir, nxb_mode};
 
 /// Where subscribers start: 100.64.16.0 + i (100.64.0.0/24 is the link to the gateway).
 pub const SUB_BASE: Ipv4Addr = Ipv4Addr::new(100, 64, 16, 0);
@@ -33,9 +33,9 @@ pub enum Proto {
 impl Proto {
     pub fn number(self) -> u8 {
         match self {
-            Proto::Udp => crate::abi::PROTO_UDP,
-            Proto::Tcp => crate::abi::PROTO_TCP,
-            Proto::Icmp => crate::abi::PROTO_ICMP,
+            Proto::Udp => natrix::abi::PROTO_UDP,
+            Proto::Tcp => natrix::abi::PROTO_TCP,
+            Proto::Icmp => natrix::abi::PROTO_ICMP,
         }
     }
 

@@ -34,12 +34,12 @@ use tracing::info;
 use super::flow::{Dir, FlowSpec, Mode, Proto, TcpFlags};
 use super::harness::Harness;
 use super::sys;
-use crate::bench_skel::fwd::{NxbFwdSkel, NxbFwdSkelBuilder};
-use crate::config::Config;
-use crate::dataplane::{self, Dataplane, Persistence};
-use crate::expiry::{Reaper, Sweeper};
-use crate::skel::types::nx_config;
-use crate::tables::{stat_index, STATS};
+use crate::skel::fwd::{NxbFwdSkel, NxbFwdSkelBuilder};
+use natrix::config::Config;
+use natrix::dataplane::{self, Dataplane, Persistence};
+use natrix::expiry::{Reaper, Sweeper};
+use natrix::skel::types::nx_config;
+use natrix::tables::{stat_index, STATS};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CostArgs {
@@ -161,7 +161,7 @@ const XDP_REDIRECT: u32 = 4;
 fn drops(st: &[u64]) -> BTreeMap<&'static str, u64> {
     STATS
         .iter()
-        .filter(|(s, _)| crate::tables::is_drop(*s))
+        .filter(|(s, _)| natrix::tables::is_drop(*s))
         .filter_map(|(s, n)| st.get(s.0 as usize).copied().filter(|&c| c > 0).map(|c| (*n, c)))
         .collect()
 }
@@ -189,9 +189,9 @@ struct Inst {
     fill_secs: f64,
     fill_ns: (f64, f64),
     mem_delta_kib: u64,
-    sess_health: crate::tables::TabHealth,
+    sess_health: natrix::tables::TabHealth,
     /// keeps the FIB cache's generation and sign of life current while the instance lives
-    _fibwatch: crate::fibwatch::Guard,
+    _fibwatch: natrix::fibwatch::Guard,
 }
 
 fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
@@ -206,11 +206,11 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     let ifaces = dataplane::resolve_interfaces(&cfg)?;
     dp.configure(&cfg, &ifaces)?;
     // the FIB cache's watcher, as the daemon runs it (this process has no daemon)
-    let gen = crate::tables::MmapWords::new(
+    let gen = natrix::tables::MmapWords::new(
         &libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_fibc_gen)?,
         "nx_fibc_gen",
     )?;
-    let fibwatch = crate::fibwatch::Guard::start(gen)?;
+    let fibwatch = natrix::fibwatch::Guard::start(gen)?;
     let load_secs = t_load.elapsed().as_secs_f64();
     let t = &dp.tables;
     let inside_fd = dp.skel.progs.nx_xdp_inside.as_fd().as_raw_fd();
@@ -247,7 +247,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     // natrix's own growth, before the floors' tables exist
     let mem_delta_kib = sys::mem_used_kib()?.saturating_sub(mem0);
     // the session table's shape: entries a lookup finds only on a second line, by protocol
-    let sess_health = t.tab_health(crate::abi::TAB_SESS)?;
+    let sess_health = t.tab_health(natrix::abi::TAB_SESS)?;
     let st = t.stats()?;
     let d = drops(&st);
     let created = st[stat_index("sessions_created").expect("counter")];
@@ -290,7 +290,7 @@ fn prepare(a: &CostArgs, n: u64) -> Result<Inst> {
     // real traffic does not have)
     let mut all = Vec::new();
     for (mk, m) in t.mappings()? {
-        if mk.proto == crate::abi::PROTO_UDP {
+        if mk.proto == natrix::abi::PROTO_UDP {
             all.push((m.out_ip, m.out_port));
         }
     }
@@ -583,7 +583,7 @@ const ALLOC_STEP: u64 = 256;
 
 /// Lines of one nxb_chunks array (NXB_CHUNK_LINES in nxb_fwd.bpf.c): with struct
 /// bpf_array's header (312 bytes on this kernel, 512 allowed for) within 32 KiB.
-const CHUNK_LINES: u32 = crate::bench_skel::fwd::types::nxb_fwd_sizes::NXB_CHUNK_LINES.0;
+const CHUNK_LINES: u32 = crate::skel::fwd::types::nxb_fwd_sizes::NXB_CHUNK_LINES.0;
 
 /// Gives the forwarder's chunked table its `chunks` arrays, and checks that every slot holds
 /// one (a lookup in an empty slot would make the program pass the packet early, cheaper,

@@ -2,7 +2,7 @@
 //! Attaching the sink and the minimal forwarder so that they outlive the command that
 //! attached them, as natrix's own programs do: one pinned bpf_link per interface and the
 //! maps pinned beside them under one directory. `natrix down --pin DIR` (or
-//! `natrix bench detach`) removes them again.
+//! `natrix-bench detach`) removes them again.
 
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -13,8 +13,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::sys;
-use crate::bench_skel::{fwd::NxbFwdSkelBuilder, sink::NxbSinkSkelBuilder};
-use crate::dataplane::ensure_bpffs;
+use crate::skel::{fwd::NxbFwdSkelBuilder, sink::NxbSinkSkelBuilder};
+use natrix::dataplane::ensure_bpffs;
 
 /// Name of the sink's counter map under its pin directory.
 pub const SINK_MAP: &str = "nxb_rx";
@@ -40,7 +40,7 @@ fn attach_pinned(prog: BorrowedFd<'_>, dev: &str, dir: &Path) -> Result<()> {
 fn prepare_dir(dir: &Path) -> Result<()> {
     ensure_bpffs(dir)?;
     if dir.exists() {
-        bail!("{} exists: detach first (natrix bench detach --pin {})", dir.display(), dir.display());
+        bail!("{} exists: detach first (natrix-bench detach --pin {})", dir.display(), dir.display());
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
 }
@@ -56,7 +56,7 @@ pub fn sink(dev: &str, dir: &Path) -> Result<()> {
         attach_pinned(skel.progs.nxb_sink.as_fd(), dev, dir)
     })();
     if res.is_err() {
-        let _ = crate::dataplane::down(dir);
+        let _ = natrix::dataplane::down(dir);
     }
     res
 }
@@ -107,7 +107,7 @@ pub fn fwd(devs: &[String], dir: &Path, floor: Option<Floor>) -> Result<()> {
         Ok(())
     })();
     if res.is_err() {
-        let _ = crate::dataplane::down(dir);
+        let _ = natrix::dataplane::down(dir);
     }
     res
 }

@@ -20,11 +20,17 @@ fn bench_smoke_runs_and_reports() {
     assert!(is_root(), "bench_smoke needs root (namespaces, XDP): run make test as root");
     let out = std::env::temp_dir().join(format!("natrix-bench-smoke-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // the repository's root (this crate is bench/), and the product's binary beside this
+    // crate's: `cargo test --workspace` (make test) builds both
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository");
+    let bench_bin = Path::new(env!("CARGO_BIN_EXE_natrix-bench"));
+    let natrix_bin = bench_bin.with_file_name("natrix");
+    assert!(natrix_bin.exists(), "{} missing: run the workspace's tests (make test)", natrix_bin.display());
     let st = Command::new(root.join("scripts/bench.sh"))
         .env("BENCH_SMOKE", "1")
         .env("BENCH_OUT", &out)
-        .env("NATRIX", env!("CARGO_BIN_EXE_natrix"))
+        .env("NATRIX", &natrix_bin)
+        .env("NATRIX_BENCH", bench_bin)
         .current_dir(root)
         .status()
         .expect("running scripts/bench.sh");

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Types shared by the benchmark programs (bpf/bench/) and src/bench/. As with the data
+/* Types shared by the benchmark programs (bench/bpf/) and bench/src/. As with the data
  * plane, Rust sees them through the libbpf-cargo skeletons' BTF, never a second copy.
  */
 #ifndef NXB_TYPES_H

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-//! `natrix bench ...`: the subcommands scripts/bench.sh drives.
+//! `natrix-bench ...`: the subcommands scripts/bench.sh drives.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -171,7 +171,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     &pin,
                     Some(attach::Floor {
                         // two 32-byte slots to a line, as nx_sess holds them
-                        lines: crate::tables::tab_slots(sessions) / 2,
+                        lines: natrix::tables::tab_slots(sessions) / 2,
                         extra: extra_lines,
                         dependent,
                         locked,
@@ -180,7 +180,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             }
         },
         BenchCmd::Detach { pin } => {
-            crate::dataplane::down(&pin)?;
+            natrix::dataplane::down(&pin)?;
             Ok(())
         }
         BenchCmd::E2e(e) => {

@@ -20,26 +20,13 @@ pub fn xdp_ctx(data_len: usize, ingress_ifindex: u32) -> [u32; 6] {
     [0, data_len as u32, 0, ingress_ifindex, 0, 0]
 }
 
-/// `XDP_FLAGS_SKB_MODE` and `XDP_FLAGS_DRV_MODE` (linux/if_link.h).
-pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+pub use natrix::dataplane::{XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE};
 
 /// An XDP bpf_link of `prog` on interface `dev` (of the current network namespace), in the
 /// mode `flags` names; the link lives as long as the descriptor (or a pin of it).
 pub fn xdp_link(prog: RawFd, dev: &str, flags: u32) -> Result<OwnedFd> {
-    let ifindex = ifindex(dev)?;
-    let opts = libbpf_sys::bpf_link_create_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
-        flags,
-        ..Default::default()
-    };
-    // SAFETY: a valid program fd and options struct.
-    let fd = unsafe { libbpf_sys::bpf_link_create(prog, ifindex as i32, libbpf_sys::BPF_XDP, &opts) };
-    if fd < 0 {
-        bail!("attaching XDP to {dev}: {}", std::io::Error::from_raw_os_error(-fd));
-    }
-    // SAFETY: bpf_link_create returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    natrix::dataplane::xdp_link(prog, ifindex(dev)?, flags)
+        .map_err(|e| anyhow!("attaching XDP to {dev}: {}", std::io::Error::from_raw_os_error(e)))
 }
 
 /// What one BPF_PROG_TEST_RUN returned.

@@ -11,7 +11,7 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Anchors that put the shared enums into the skeleton's generated Rust types
- * (src/bench/flow.rs). */
+ * (bench/src/flow.rs). */
 enum nxb_mode nxb_btf_mode SEC(".bss");
 enum nxb_dir nxb_btf_dir SEC(".bss");
 

@@ -62,7 +62,7 @@ struct nxb_line {
 enum nxb_fwd_sizes {
 	NXB_CHUNK_LINES = 504,
 };
-/* Anchor: the enum reaches the skeleton's generated Rust types (src/bench/cost.rs). */
+/* Anchor: the enum reaches the skeleton's generated Rust types (bench/src/cost.rs). */
 enum nxb_fwd_sizes nxb_btf_fwd_sizes SEC(".bss");
 
 struct {
