@@ -58,7 +58,7 @@ const SECTIONS: [&str; 8] =
     ["interfaces", "pool", "nat", "fragments", "timeouts", "limits", "fib_cache", "daemon"];
 const TABLE_ARRAYS: [&str; 2] = ["exclude", "forward"];
 
-/// Every key of every section (src/config.rs allowed_keys).
+/// Every key of every section (src/config/mod.rs allowed_keys).
 const KEYS: &[(&str, &[&str])] = &[
     ("interfaces", &["inside", "outside", "xdp_mode", "virtual_macs"]),
     ("pool", &["addresses", "ports"]),
