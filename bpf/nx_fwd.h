@@ -4,7 +4,7 @@
  *
  * The FIB cache. bpf_fib_lookup (route, next hop, neighbour, MTU) cost 90 of the minimal
  * forwarder's 105 ns per packet on this project's machine, and 90 of the 136 ns natrix
- * spends on an established packet (docs/PERFORMANCE.md, R23). Its answer depends on a
+ * spends on an established packet (docs/design/performance-notebook.md, R23). Its answer depends on a
  * few fields of the packet and on the routing state, which changes rarely. So each CPU
  * keeps the answers it got in a direct-mapped table (nx_fibc, fib_cache.entries slots of
  * one cache line), keyed by everything the answer depends on: ingress interface,

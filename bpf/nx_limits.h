@@ -9,7 +9,7 @@
  *
  * A subscriber's sessions (all protocols, whoever opened them; address-dependent
  * filtering's permit records are not sessions) are counted where the subscriber already
- * has a place that a new connection reads anyway (docs/PERFORMANCE.md, R33):
+ * has a place that a new connection reads anyway (docs/design/performance-notebook.md, R33):
  *   - deterministic mode: its slot of nx_det_nsess (by subscriber index);
  *   - dynamic mode, while it owns its home block and has no state outside it (the block
  *     word's MIXED bit clear): the NSESS field of that block word, which its home walk

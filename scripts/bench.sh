@@ -99,7 +99,7 @@ topology_up() {
 	# The generator's parking place (natrix-bench e2e --park-dev): a veth pair that stays
 	# down and carries nothing. Attached there, the generator stays in the kernel's XDP
 	# dispatcher, and its test runs do not wait for two RCU grace periods each
-	# (docs/PERFORMANCE.md, R31: on some machines that wait was most of every run).
+	# (docs/design/performance-notebook.md, R31: on some machines that wait was most of every run).
 	ip -n $GEN link add nxbpark type veth peer name nxbpark1
 	for g in $GATEWAYS; do
 		local ns
@@ -353,8 +353,8 @@ newflows() {
 	has natrix && { natrix_down natrix; natrix_up natrix 0; }
 	has natrixref && { natrix_down natrixref; natrix_up natrixref 0; }
 	has natrixdet && natrix_up natrixdet 0
-	# the protocol measured second on a daemon tends to be the slower (docs/PERFORMANCE.md,
-	# R22): the order alternates from round to round so that neither always takes that turn
+	# the protocol measured second on a daemon tends to be the slower (docs/design/
+	# performance-notebook.md, R22): the order alternates from round to round so that neither always takes that turn
 	local protos=(udp tcp)
 	((ROUND % 2 == 0)) && protos=(tcp udp)
 	for proto in "${protos[@]}"; do

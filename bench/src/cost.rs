@@ -393,7 +393,7 @@ const POOLED_HARNESS: [&str; 5] = ["nop_hot", "nop_in_hot", "nop_rnd", "nop_tcp_
 
 /// The harness' own cost in the cases of POOLED_HARNESS, the same for every instance: the
 /// median of all instances' runs. Its figure alone still moved by instance (R31 in
-/// docs/PERFORMANCE.md: in one instance 24 ns against 13 in the others, hot and random
+/// docs/design/performance-notebook.md: in one instance 24 ns against 13 in the others, hot and random
 /// alike, while natrix's runs behind the same harness moved by 3 ns), and subtracting
 /// that would credit natrix, or the forwarder, with the harness' slowness.
 fn pooled_harness(insts: &[Inst]) -> BTreeMap<&'static str, f64> {

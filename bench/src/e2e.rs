@@ -71,7 +71,7 @@ pub struct E2eArgs {
     #[arg(long)]
     pub establish: bool,
     /// natrix's pin directory: steer new subscribers across the pool while provisioning
-    /// them (see docs/PERFORMANCE.md, "subscriber bursts").
+    /// them (see docs/design/performance-notebook.md, "Subscribers arriving together").
     #[arg(long)]
     pub natrix_pin: Option<PathBuf>,
     /// Pinned XDP links of the gateway whose programs get a run-time profile (bpf_stats)

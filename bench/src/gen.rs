@@ -61,7 +61,7 @@ impl Generator {
     /// removes it again, each change waiting for an RCU grace period (`synchronize_rcu` in
     /// `bpf_dispatcher_change_prog`): on a machine with slow grace periods the generator
     /// then sleeps for most of a run, and what the sink counts is that sleep, not the work
-    /// of the path (docs/PERFORMANCE.md, R31).
+    /// of the path (docs/design/performance-notebook.md, R31).
     fn park(&mut self, dev: &str) -> Result<()> {
         let prog = self.skel.progs.nxb_gen.as_fd().as_raw_fd();
         let link = sys::xdp_link(prog, dev, sys::XDP_FLAGS_SKB_MODE)
