@@ -3,30 +3,13 @@
 //! forwarder, sink) and generates their Rust skeletons.
 use std::{env, path::PathBuf};
 
-use libbpf_cargo::SkeletonBuilder;
+include!("../build_skel.rs");
 
 fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
-    let multiarch = match arch.as_str() {
-        "aarch64" => "aarch64-linux-gnu",
-        _ => "x86_64-linux-gnu",
-    };
     for name in ["gen", "harness", "fwd", "sink"] {
-        let src = format!("bpf/nxb_{name}.bpf.c");
-        SkeletonBuilder::new()
-            .source(&src)
-            .clang_args([
-                "-O2".to_string(),
-                "-g".to_string(),
-                "-Wall".to_string(),
-                "-Werror".to_string(),
-                "-mcpu=v3".to_string(),
-                format!("-I/usr/include/{multiarch}"),
-                "-Ibpf".to_string(),
-            ])
-            .build_and_generate(out_dir.join(format!("bench_{name}.skel.rs")))
-            .unwrap_or_else(|e| panic!("building the BPF object {src} failed: {e:#}"));
+        skeleton(&format!("bpf/nxb_{name}.bpf.c"), "bpf", &out_dir.join(format!("bench_{name}.skel.rs")));
     }
     println!("cargo:rerun-if-changed=bpf");
+    println!("cargo:rerun-if-changed=../build_skel.rs");
 }

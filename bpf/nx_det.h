@@ -9,8 +9,8 @@
  * Inside the range, an inside endpoint's mapping is the USED port word naming it (address,
  * port, and a count of its sessions in bits 61..48). There is no mapping table: a new
  * connection touches its session's line and its port word's line, nothing else
- * (docs/design/performance-notebook.md, R26). The word is found from the endpoint by a walk: it starts at
- * the pair a keyed hash of the endpoint picks (RFC 6056 algorithm 3, without the remote
+ * (docs/design/performance-notebook.md, R26). The word is found from the endpoint by a walk: it
+ * starts at the pair a keyed hash of the endpoint picks (RFC 6056 algorithm 3, without the remote
  * endpoint, as endpoint-independent mapping requires; the key is the tables' secret seed)
  * and goes on pair by pair along the endpoint's parity, at most det_probe pairs; then,
  * only if that part met no FREE word, along the other parity from the same pair, at most

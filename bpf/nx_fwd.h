@@ -4,12 +4,12 @@
  *
  * The FIB cache. bpf_fib_lookup (route, next hop, neighbour, MTU) cost 90 of the minimal
  * forwarder's 105 ns per packet on this project's machine, and 90 of the 136 ns natrix
- * spends on an established packet (docs/design/performance-notebook.md, R23). Its answer depends on a
- * few fields of the packet and on the routing state, which changes rarely. So each CPU
- * keeps the answers it got in a direct-mapped table (nx_fibc, fib_cache.entries slots of
- * one cache line), keyed by everything the answer depends on: ingress interface,
- * destination, TOS, and also source and protocol unless the daemon found that the routing
- * answers on the destination alone (NX_FIBC_BY_DST). An answer is reused while
+ * spends on an established packet (docs/design/performance-notebook.md, R23). Its answer depends on
+ * a few fields of the packet and on the routing state, which changes rarely. So each CPU keeps the
+ * answers it got in a direct-mapped table (nx_fibc, fib_cache.entries slots of one cache line),
+ * keyed by everything the answer depends on: ingress interface, destination, TOS, and also source
+ * and protocol unless the daemon found that the routing answers on the destination alone
+ * (NX_FIBC_BY_DST). An answer is reused while
  *   - the generation word is unchanged: the daemon changes it as soon as netlink reports a
  *     change of routes, policy rules, neighbours, links or addresses (src/fibwatch.rs);
  *   - it is younger than fib_cache.max_age: the bound when there is no daemon to tell

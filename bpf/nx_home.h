@@ -9,7 +9,8 @@
  * ends it). Such a word counts its mapping's sessions itself; there is no table entry.
  * A new connection of a subscriber whose mappings fit its home block touches its session's
  * line, the home block's word and its port word's line: neither the mapping table, nor the
- * subscriber's entry, nor a lock other than its endpoint's (docs/design/performance-notebook.md, R29).
+ * subscriber's entry, nor a lock other than its endpoint's (docs/design/performance-notebook.md,
+ * R29).
  *
  * Which kind a mapping is follows from where its port is: a USED word naming S in S's home
  * block is a walk mapping; every other mapping is in the table (nx_word_is_map). So:
@@ -221,7 +222,8 @@ static __always_inline struct nx_map *nx_map_find(struct nx_config *cfg, struct 
  * misses: plain loads, whose values nothing waits for, of the subscriber's home block word
  * and of the port word its walk starts at. Both follow from the packet alone, so the CPU
  * issues the misses now, beside the session line's, and finds them (nearly) in the cache
- * when the walk needs them (docs/design/performance-notebook.md, R18, R25, R29). No effect on state. */
+ * when the walk needs them (docs/design/performance-notebook.md, R18, R25, R29). No effect on
+ * state. */
 static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
 					     __u16 in_port_h)
 {

@@ -4,9 +4,9 @@
  *
  * Why not a BPF hash map: a kernel hash lookup is a chain of dependent loads (bucket,
  * element) behind a jhash. The allocator reads it on the table path (a subscriber's mappings
- * outside its home block, nx_home.h), where one computed address away beats a chain of loads (docs/design/
- * performance-notebook.md, R18 and R19). Here the home slot is a multiply-shift of a hash of the
- * address: one load reads the key and the hot line.
+ * outside its home block, nx_home.h), where one computed address away beats a chain of loads
+ * (docs/design/ performance-notebook.md, R18 and R19). Here the home slot is a multiply-shift of a
+ * hash of the address: one load reads the key and the hot line.
  *
  * Lookup: from the home slot on, compare key words; LIVE with the address is the entry,
  * EMPTY ends the search, BUSY and TOMB are passed. At most NX_SUB_PROBE slots (the array
