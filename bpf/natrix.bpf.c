@@ -2,12 +2,12 @@
 /* natrix data plane: entry programs. The logic lives in the nx_*.h headers, one concern
  * each; this file only wires them to the hooks. */
 #include "nx_common.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_nat.h"
 #include "nx_det.h"
 #include "nx_home.h"
 #include "nx_parse.h"
-#include "nx_reap.h"
+#include "nx_ctl.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -19,9 +19,10 @@ int nx_xdp_inside(struct xdp_md *ctx) { return nx_path_inside(ctx); }
 SEC("xdp")
 int nx_xdp_outside(struct xdp_md *ctx) { return nx_path_outside(ctx); }
 
-/* Run by the daemon (BPF_PROG_RUN) after it put a batch of candidates in nx_reap_buf. */
+/* The control program (nx_ctl.h): run by the daemon (BPF_PROG_RUN) on the batch it put in
+ * nx_reap_buf: expired candidates to delete, or static forwards to add or remove. */
 SEC("syscall")
-int nx_reap(void *ctx)
+int nx_ctl(void *ctx)
 {
 	__u32 zero = 0;
 	struct nx_reap_args *args = bpf_map_lookup_elem(&nx_reap_buf, &zero);

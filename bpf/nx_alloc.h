@@ -20,7 +20,7 @@
 #define NX_ALLOC_H
 
 #include "nx_common.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_stats.h"
 #include "nx_subs.h"
 

@@ -34,7 +34,7 @@
 
 #include "nx_alloc.h"
 #include "nx_common.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_parse.h"
 #include "nx_stats.h"
 #include "nx_tab.h"

@@ -26,7 +26,7 @@
 
 #include "nx_common.h"
 #include "nx_csum.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_parse.h"
 #include "nx_stats.h"
 

@@ -35,7 +35,7 @@
 
 #include "nx_alloc.h"
 #include "nx_det.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_stats.h"
 #include "nx_subs.h"
 #include "nx_tab.h"

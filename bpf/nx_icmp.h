@@ -14,7 +14,7 @@
 #include "nx_alloc.h"
 #include "nx_csum.h"
 #include "nx_fwd.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_parse.h"
 #include "nx_session.h"
 #include "nx_stats.h"

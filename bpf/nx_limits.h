@@ -30,7 +30,7 @@
 
 #include "nx_alloc.h"
 #include "nx_common.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_subs.h"
 
 /* Whether ip (network order) is a subscriber natrix translates. */

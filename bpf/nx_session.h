@@ -3,8 +3,8 @@
  *
  * Who writes what: the fast path creates mappings and sessions (nx_tab.h inserts, so two
  * CPUs creating the same entry end with one entry), refreshes sessions and moves TCP
- * state. Only the reaper (nx_reap, run by the daemon) deletes. A mapping lives while it
- * has sessions (nsess, atomic); a mapping that never got one expires on its own timer.
+ * state. Only the reaper (the control program nx_ctl, run by the daemon) deletes. A mapping lives
+ * while it has sessions (nsess, atomic); a mapping that never got one expires on its own timer.
  */
 #ifndef NX_SESSION_H
 #define NX_SESSION_H
@@ -14,7 +14,7 @@
 #include "nx_det.h"
 #include "nx_home.h"
 #include "nx_limits.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_parse.h"
 #include "nx_stats.h"
 #include "nx_tab.h"

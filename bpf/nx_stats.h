@@ -3,7 +3,7 @@
 #ifndef NX_STATS_H
 #define NX_STATS_H
 
-#include "nx_maps.h"
+#include "nx_state.h"
 
 static __always_inline void nx_count(__u32 stat)
 {

@@ -29,7 +29,7 @@
 #define NX_SUBS_H
 
 #include "nx_common.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_stats.h"
 #include "nx_tab.h"
 

@@ -38,7 +38,7 @@
 #define NX_TAB_H
 
 #include "nx_common.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 
 #define NX_TAB_NONE 0xffffffffU
 #define NX_TAB_NEW (1LL << 32) /* nx_*_insert: the entry was created by this call */

@@ -497,7 +497,7 @@ enum nx_iface_role {
  * its 6 bytes in memory order in the low bytes of a u64 (nx_mac_word). */
 enum nx_iface_macs {
 	NX_IF_MACS = 4,
-	/* interfaces with a smaller ifindex are also in the array nx_ifrole (nx_maps.h) */
+	/* interfaces with a smaller ifindex are also in the array nx_ifrole (nx_state.h) */
 	NX_IFROLE_DIRECT = 1024,
 };
 struct nx_iface {
@@ -551,7 +551,7 @@ struct nx_frag_hold {
 	__u8 data[NX_FRAG_HOLD_MAX];
 };
 
-/* ---- Reaper (the syscall program nx_reap, run by the daemon) -------------------------
+/* ---- Reaper (the control program nx_ctl, run by the daemon) -------------------------
  * The daemon finds candidates by scanning; the data-plane code deletes them with the same
  * atomics the fast path uses, after checking again that they are still expired. */
 enum nx_reap_sizes {

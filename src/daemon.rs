@@ -68,7 +68,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
 
     let mut sweeper = Sweeper::new(&dp.tables)?;
     let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
-    let reaper = Reaper { prog: &dp.skel.progs.nx_reap, buf: &reap_buf };
+    let reaper = Reaper { prog: &dp.skel.progs.nx_ctl, buf: &reap_buf };
     info!(
         config = %config_path.display(),
         pin = %pin.display(),

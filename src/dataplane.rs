@@ -767,13 +767,13 @@ impl Dataplane {
         Ok(())
     }
 
-    /// Runs one batch of the control program (nx_reap: expiry, static mappings): table
+    /// Runs one batch of the control program (nx_ctl: expiry, static mappings): table
     /// writes go through the data plane's own insert and delete code.
     fn ctl(&self, a: &mut nx_reap_args) -> Result<()> {
         let buf = libbpf_rs::MapHandle::try_from(&self.skel.maps.nx_reap_buf).map_err(bpf("nx_reap_buf"))?;
-        crate::expiry::Reaper { prog: &self.skel.progs.nx_reap, buf: &buf }
+        crate::expiry::Reaper { prog: &self.skel.progs.nx_ctl, buf: &buf }
             .reap(a)
-            .map_err(bpf("running the control program nx_reap"))
+            .map_err(bpf("running the control program nx_ctl"))
     }
 
     /// Interface roles and redirect targets: replaces whatever was there.

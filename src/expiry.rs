@@ -2,7 +2,7 @@
 //! Expiry and release: the CPU side of the state's life cycle.
 //!
 //! The fast path only creates and refreshes. Each sweep the daemon
-//! 1. reads the session table and hands expired sessions to the BPF reaper (`nx_reap`),
+//! 1. reads the session table and hands expired sessions to the BPF reaper (the control program `nx_ctl`),
 //!    which checks them again against the kernel clock, deletes them, and releases a mapping
 //!    when its last session goes (its outside port goes on hold-down);
 //! 2. hands mappings that never got a session and whose own timer ran out to the reaper;
@@ -39,7 +39,7 @@ pub struct SweepReport {
     pub subscribers_removed: u32,
 }
 
-/// The reaper: the `nx_reap` program and its batch buffer.
+/// The reaper: the control program `nx_ctl` and its batch buffer.
 pub struct Reaper<'a> {
     pub prog: &'a libbpf_rs::ProgramMut<'a>,
     pub buf: &'a libbpf_rs::MapHandle,
@@ -311,7 +311,7 @@ impl Sweeper {
     }
 
     fn run(&self, reaper: &Reaper<'_>, a: &mut nx_reap_args) -> Result<(), TableError> {
-        reaper.reap(a).map_err(|source| TableError::Map { map: "nx_reap", source })
+        reaper.reap(a).map_err(|source| TableError::Map { map: "nx_ctl", source })
     }
 }
 

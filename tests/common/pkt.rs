@@ -754,7 +754,7 @@ impl Env {
                 Some(Sweeper::new(&self.dp.tables).expect("expected the sweeper to map nx_ports/nx_blocks"));
         }
         let buf = MapHandle::try_from(&self.dp.skel.maps.nx_reap_buf).expect("nx_reap_buf handle");
-        let reaper = Reaper { prog: &self.dp.skel.progs.nx_reap, buf: &buf };
+        let reaper = Reaper { prog: &self.dp.skel.progs.nx_ctl, buf: &buf };
         sw.as_mut().expect("sweeper").sweep(&self.dp.tables, &reaper).expect("expected the sweep to succeed")
     }
 

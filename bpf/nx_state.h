@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Every table of the data plane. Sizes here are placeholders: the daemon sets max_entries
- * from the config before loading (see src/loader.rs), and all of them are pinned under
- * the pin directory so that a restarted daemon takes them over unchanged. */
-#ifndef NX_MAPS_H
-#define NX_MAPS_H
+/* Every map of the data plane: the state natrix keeps (the map nx_maps is one of them, the
+ * mapping table). Sizes here are placeholders: the daemon sets max_entries from the config
+ * before loading (src/dataplane.rs), and all of them are pinned under the pin directory so
+ * that a restarted daemon takes them over unchanged. */
+#ifndef NX_STATE_H
+#define NX_STATE_H
 
 #include "nx_types.h"
 
@@ -199,7 +200,7 @@ struct {
 	__type(value, __u64);
 } nx_stats SEC(".maps");
 
-/* The reaper's batch: written by the daemon, processed by nx_reap, results read back.
+/* The reaper's batch: written by the daemon, processed by nx_ctl, results read back.
  * (A syscall program's context cannot be indexed with a variable offset.) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -294,4 +295,4 @@ static __always_inline struct nx_scratch *nx_scratch_get(void)
 	return bpf_map_lookup_elem(&nx_scratch, &zero);
 }
 
-#endif /* NX_MAPS_H */
+#endif /* NX_STATE_H */

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Expiry, executed in BPF with the fast path's own atomics; the daemon only chooses the
+/* The control program nx_ctl, which the daemon runs (BPF_PROG_RUN) on a batch in nx_reap_buf:
+ * expiry (the reaper), and the static forwards' mapping-table writes.
+ *
+ * Expiry, executed in BPF with the fast path's own atomics; the daemon only chooses the
  * candidates (src/expiry.rs). Each candidate is checked again here, against the kernel's
  * clock, right before it is deleted: a session refreshed since the daemon looked survives.
  * Only the CPU whose delete succeeds goes on to release, so nothing is released twice. */
-#ifndef NX_REAP_H
-#define NX_REAP_H
+#ifndef NX_CTL_H
+#define NX_CTL_H
 
 #include "nx_alloc.h"
-#include "nx_maps.h"
+#include "nx_state.h"
 #include "nx_session.h"
 #include "nx_tab.h"
 
@@ -152,4 +155,4 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 	return 0;
 }
 
-#endif /* NX_REAP_H */
+#endif /* NX_CTL_H */
