@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod packet_helpers;
 pub mod pkt;
 pub mod rng;
 pub mod wire;

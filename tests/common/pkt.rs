@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-//! Support for the BPF_PROG_TEST_RUN packet tests (tests/packet.rs):
+//! Support for the BPF_PROG_TEST_RUN packet tests (tests/packet_*.rs):
 //!
 //! * [`Netns`]: a throw-away network namespace with an inside and an outside veth pair,
 //!   addresses, forwarding on and permanent neighbour entries with known MACs. The data
