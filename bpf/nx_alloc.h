@@ -243,6 +243,24 @@ static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *su
 /* ---- blocks ---- */
 static __always_inline __u64 *nx_block(__u32 gid) { return bpf_map_lookup_elem(&nx_blocks, &gid); }
 
+/* Set the MIXED bit of home block word *bw while sip owns it. 0, or -1 when it could not
+ * (the word kept changing): the caller must then make no table mapping (nx_home.h) nor
+ * count a session on its subscriber entry (nx_limits.h). */
+static __always_inline int nx_home_mix(__u64 *bw, __u32 sip)
+{
+#pragma unroll
+	for (int t = 0; t < 8; t++) {
+		__u64 old = *(volatile __u64 *)bw;
+
+		if (NX_BLOCK_OWNER(old) != sip || (old & NX_BLOCK_MIXED))
+			return 0;
+		if (__sync_val_compare_and_swap(bw, old, old | NX_BLOCK_MIXED) == old)
+			return 0;
+		nx_count(NX_STAT_ALLOC_RETRY);
+	}
+	return -1;
+}
+
 /* Count one more port against block gid if sip still owns it. */
 static __always_inline int nx_block_reserve(__u32 gid, __u32 sip)
 {

@@ -85,23 +85,6 @@ static __always_inline int nx_word_is_map(struct nx_config *cfg, __u32 in_ip, __
 	return nx_is_home(cfg, in_ip, addr_idx * cfg->blocks_per_addr + b);
 }
 
-/* Set the MIXED bit of home block word *bw while sip owns it. 0, or -1 when it could not
- * (the word kept changing): the caller must then make no table mapping. */
-static __always_inline int nx_home_mix(__u64 *bw, __u32 sip)
-{
-#pragma unroll
-	for (int t = 0; t < 8; t++) {
-		__u64 old = *(volatile __u64 *)bw;
-
-		if (NX_BLOCK_OWNER(old) != sip || (old & NX_BLOCK_MIXED))
-			return 0;
-		if (__sync_val_compare_and_swap(bw, old, old | NX_BLOCK_MIXED) == old)
-			return 0;
-		nx_count(NX_STAT_ALLOC_RETRY);
-	}
-	return -1;
-}
-
 /* Find (create = 0), or find or claim in the home block (create = 1, the endpoint's lock
  * held: nx_dyn_map; 2: the same, the new-mapping rate checked already), the mapping of inside
  * endpoint sip, pp = NX_PP(protocol index, inside port). Returns as described at NX_HW_NEW. Never

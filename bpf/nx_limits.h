@@ -87,15 +87,11 @@ static __always_inline __u32 *nx_sub_nsess(struct nx_config *cfg, __u32 ip)
 static __always_inline __u64 *nx_home_word(struct nx_config *cfg, __u32 ip)
 {
 	__s64 home;
-	__u32 gid;
 
 	if (cfg->det_count || !cfg->home_probe)
 		return 0;
 	home = nx_home_block(cfg, ip);
-	if (home < 0)
-		return 0;
-	gid = (__u32)home;
-	return bpf_map_lookup_elem(&nx_blocks, &gid);
+	return home < 0 ? 0 : nx_block((__u32)home);
 }
 
 /* Sessions ip's home block word w counts for it: its NSESS while ip owns it. */
@@ -183,18 +179,9 @@ __noinline int nx_sess_take(__u32 ip, __u32 map_nsess)
 	if (bw) {
 		/* MIXED first: from then on the home path steps aside (it would not see this
 		 * count), and the home block's count is final but for the reaper's decrements */
-#pragma unroll
-		for (int t = 0; t < 8; t++) {
-			w = *(volatile __u64 *)bw;
-			if (NX_BLOCK_OWNER(w) != ip || (w & NX_BLOCK_MIXED))
-				break;
-			if (__sync_val_compare_and_swap(bw, w, w | NX_BLOCK_MIXED) == w)
-				break;
-			nx_count(NX_STAT_ALLOC_RETRY);
-			if (t == 7)
-				return -NX_DROP_TABLE_BUSY; /* the word kept changing */
-		}
-		home_n = nx_home_nsess(w, ip);
+		if (nx_home_mix(bw, ip) < 0)
+			return -NX_DROP_TABLE_BUSY;
+		home_n = nx_home_nsess(*(volatile __u64 *)bw, ip);
 	}
 	if (max && *(volatile __u32 *)cnt + home_n >= max)
 		return -NX_DROP_SESSION_QUOTA; /* a flood at the limit writes nothing */
