@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* natrix data plane: entry programs. The logic lives in the nx_*.h headers, one concern
- * each; this file only wires them to the hooks. */
+ * each; this file only wires them to the hooks. Every XDP program leaves through nx_exit
+ * (nx_exit.h). */
 #include "nx_common.h"
 #include "nx_state.h"
-#include "nx_nat.h"
+#include "nx_fast.h"
+#include "nx_slow.h"
 #include "nx_det.h"
 #include "nx_home.h"
 #include "nx_parse.h"
@@ -11,13 +13,21 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* XDP ingress of every inside interface: inside -> outside, and hairpinning. */
+/* XDP ingress of every inside interface: inside -> outside, and hairpinning. The fast path
+ * (nx_fast.h); the rest by tail call in nx_xdp_inside_slow. */
 SEC("xdp")
-int nx_xdp_inside(struct xdp_md *ctx) { return nx_path_inside(ctx); }
+int nx_xdp_inside(struct xdp_md *ctx) { return nx_exit(ctx, nx_fast_inside(ctx)); }
 
 /* XDP ingress of every outside interface: outside -> inside. */
 SEC("xdp")
-int nx_xdp_outside(struct xdp_md *ctx) { return nx_path_outside(ctx); }
+int nx_xdp_outside(struct xdp_md *ctx) { return nx_exit(ctx, nx_fast_outside(ctx)); }
+
+/* The slow path (nx_slow.h), reached by tail call only (nx_progs). */
+SEC("xdp")
+int nx_xdp_inside_slow(struct xdp_md *ctx) { return nx_exit(ctx, nx_slow_inside(ctx)); }
+
+SEC("xdp")
+int nx_xdp_outside_slow(struct xdp_md *ctx) { return nx_exit(ctx, nx_slow_outside(ctx)); }
 
 /* The control program (nx_ctl.h): run by the daemon (BPF_PROG_RUN) on the batch it put in
  * nx_reap_buf: expired candidates to delete, or static forwards to add or remove. */

@@ -20,25 +20,12 @@
 #define NX_ALLOC_H
 
 #include "nx_common.h"
+#include "nx_port.h"
 #include "nx_state.h"
 #include "nx_stats.h"
 #include "nx_subs.h"
 
 #define NX_BLOCK_USED_ONE (1ULL << NX_BLOCK_USED_SHIFT)
-
-static __always_inline __u32 nx_port_index(__u32 addr_idx, __u32 pidx, __u32 port)
-{
-	return ((addr_idx * NX_NPROTO + pidx) << 16) | port;
-}
-
-/* The word a claimed port holds: state USED, inside address and port (host order). */
-static __always_inline __u64 nx_port_word(__u32 in_ip, __u16 in_port_h)
-{
-	return NX_PORT_TAG(NX_PORT_USED) | ((__u64)in_ip << NX_PORT_IP_SHIFT) | in_port_h;
-}
-
-#define NX_PORT_WORD_IP(w) ((__u32)((w) >> NX_PORT_IP_SHIFT))
-#define NX_PORT_WORD_PORT(w) ((__u16)(w))
 
 /* ---- deterministic mode (nx_det.h) ---- */
 /* Deterministic mode: subscriber sip's pool index and first port. Returns 0, or -1 when sip is
@@ -184,7 +171,7 @@ static long nx_pscan_cb(__u64 i, void *vctx)
 		return 1;
 	if (*w != 0) /* USED, HELD or STATIC */
 		return 0;
-	if (__sync_val_compare_and_swap(w, 0, s->word) == 0) {
+	if (nx_port_claim(w, 0, s->word)) {
 		s->found = 2 * k + s->par;
 		return 1;
 	}
@@ -362,7 +349,7 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 
 	if (!w || !bs)
 		return;
-	if (__sync_val_compare_and_swap(w, word, 0) != word)
+	if (!nx_port_unclaim_word(w, word))
 		return;
 	if (out_port_h >= cfg->port_lo) {
 		nx_block_unreserve(addr_idx * bpa + (out_port_h - cfg->port_lo) / bs);
@@ -637,9 +624,9 @@ static __always_inline int nx_rate_ok(struct nx_config *cfg, struct nx_sub *sub)
 }
 
 /* The allocator's answer when the subscriber entry it worked on went away while it claimed
- * (a race with the reaper, which the claim lost and undid): counted as contention, the
- * packet is dropped and the next one starts over (a second call from the packet path did
- * not fit its 512-byte stack). */
+ * (a race with the reaper, which the claim lost and undid): counted as contention; the
+ * caller claims once more (nx_dyn_map), and drops the packet as table_busy if that fails
+ * too. */
 #define NX_ALLOC_STALE (-(long)NX_DROP_TABLE_BUSY)
 
 /* After a claim through a subscriber entry used without its lock (nx_alloc): the
@@ -668,8 +655,8 @@ __noinline long nx_alloc_confirm(__u32 sip, __u32 addr, __u32 pp, __u32 li)
 		return ((long)addr << 16) | port;
 	idx = nx_port_index(addr, pidx, port);
 	w = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (w && __sync_val_compare_and_swap(w, word, 0) == word && !(li >> 16) &&
-	    cfg->block_size && port >= cfg->port_lo)
+	if (w && nx_port_unclaim_word(w, word) && !(li >> 16) && cfg->block_size &&
+	    port >= cfg->port_lo)
 		nx_block_unreserve(addr * cfg->blocks_per_addr +
 				   (port - cfg->port_lo) / cfg->block_size);
 	nx_count(NX_STAT_ALLOC_RETRY);
@@ -720,9 +707,12 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h, __u32 home_full
 		return !(hp >> 16) ? NX_ALLOC_HOME : NX_ALLOC_ERR(NX_DROP_INTERNAL);
 	if (port < 0)
 		return port;
-	/* a port-class port counted in an entry that went away stays counted there: that
-	 * entry is dead (or, rarer, taken by another subscriber, which then keeps its entry
-	 * one port longer than it needs); giving it back here did not fit the stack */
+	/* a port-class port counted in an entry that went away stays counted there, on
+	 * purpose: that entry is dead (a new one starts from 0), or, rarer, the slot is
+	 * another subscriber's now, whose count must never lose one it holds (its entry
+	 * would go while it holds a port). One too many keeps that entry until natrix is
+	 * restarted afresh: a leak of one entry, for a race that needs the reaper to free
+	 * the entry and another subscriber to take its slot within these few instructions */
 	return nx_alloc_confirm(sip, addr, NX_PP(pidx, port), (__u32)low << 16 | (__u16)hp);
 }
 

@@ -17,6 +17,10 @@
 #define AF_INET 2
 #endif
 
+/* What a helper returns when it did its job; when it did not, minus a drop reason
+ * (NX_DROP_*). A helper with a result to give returns it as a non-negative value. */
+#define NX_OK 0
+
 /* IPv4 flags in network order, compared against the raw field: no bswap per packet. */
 #define NX_IP_MF bpf_htons(0x2000)
 #define NX_IP_DF bpf_htons(0x4000)

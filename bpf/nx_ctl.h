@@ -21,8 +21,7 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, __u32 slot, str
 	__u32 out_ip = m->out_ip;
 	__u16 out_port = bpf_ntohs(m->out_port);
 	struct nx_config *cfg = nx_config();
-	__u32 addr_idx, idx;
-	__u64 *pw;
+	__u32 addr_idx;
 
 	if (m->flags & NX_MF_STATIC)
 		return 0;
@@ -34,11 +33,8 @@ static __always_inline int nx_map_release(struct nx_map_key *mk, __u32 slot, str
 		return 0;
 	if (!cfg || !nx_pool_index(cfg, out_ip, &addr_idx))
 		return 1;
-	idx = nx_port_index(addr_idx, nx_proto_idx(mk->proto), out_port);
-	pw = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (pw && __sync_val_compare_and_swap(pw, nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)),
-					      NX_PORT_TAG(NX_PORT_HELD) | now_s) ==
-		      nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port))) {
+	if (nx_port_hold(addr_idx, nx_proto_idx(mk->proto), out_port,
+			 nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)), now_s)) {
 		/* a port-class port: the subscriber holds one fewer (see nx_alloc_low_port) */
 		if (out_port < cfg->port_lo) {
 			struct nx_sub *sub = nx_sub_lookup(cfg, mk->in_ip);
@@ -118,7 +114,7 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 			    nx_word_is_map(cfg, mk.in_ip, addr_idx, bpf_ntohs(out_port)) &&
 			    nx_word_state(addr_idx, k.proto, out_port) == NX_PORT_USED)
 				a->maps_deleted +=
-				    nx_det_unref(cfg, &mk, out_ip, out_port, a->now_s);
+				    nx_port_unref(cfg, &mk, out_ip, out_port, a->now_s);
 			else
 				a->maps_deleted += nx_map_unref(&mk, a->now_s);
 		} else if (a->op == NX_REAP_MAPPINGS) {

@@ -36,10 +36,9 @@
 #include "nx_common.h"
 #include "nx_state.h"
 #include "nx_parse.h"
+#include "nx_port.h"
 #include "nx_stats.h"
 #include "nx_tab.h"
-
-#define NX_PORT_NSESS_ONE (1ULL << NX_PORT_NSESS_SHIFT)
 
 /* The endpoint's hash: which pair its walk starts at, and its lock stripe. */
 static __always_inline __u64 nx_det_hash(struct nx_config *cfg, __u32 sip, __u32 pp)
@@ -110,16 +109,6 @@ struct nx_dwalk {
 	__s32 avail;  /* offset of the first claimable word, or -1 */
 };
 
-/* Whether word w may be claimed by a walk at second now_s: FREE, or HELD with its
- * hold-down of hold seconds over. */
-static __always_inline int nx_det_claimable(__u64 w, __u32 now_s, __u32 hold)
-{
-	if (w == 0)
-		return 1;
-	return now_s && NX_PORT_STATE(w) == NX_PORT_HELD && (__s32)(now_s - (__u32)w) >= 0 &&
-	       now_s - (__u32)w >= hold;
-}
-
 static long nx_det_walk_cb(__u64 i, void *vctx)
 {
 	struct nx_dwalk *d = vctx;
@@ -151,7 +140,7 @@ static long nx_det_walk_cb(__u64 i, void *vctx)
 		/* the clock only when it matters: most claims meet no HELD word */
 		if (!d->now_s)
 			d->now_s = (__u32)(bpf_ktime_get_ns() / 1000000000ULL);
-		if (nx_det_claimable(w, d->now_s, d->hold))
+		if (nx_port_claimable(w, d->now_s, d->hold))
 			d->avail = (__s32)k;
 	}
 	return 0;
@@ -173,8 +162,7 @@ static __always_inline int nx_walk_claim(struct nx_dwalk *d, __u32 n, __u64 *old
 		if (!pw)
 			return 0;
 		w = *(volatile __u64 *)pw;
-		if (nx_det_claimable(w, d->now_s, d->hold) &&
-		    __sync_val_compare_and_swap(pw, w, d->key) == w) {
+		if (nx_port_claimable(w, d->now_s, d->hold) && nx_port_claim(pw, w, d->key)) {
 			*old = w;
 			return 1;
 		}
@@ -283,66 +271,6 @@ static __always_inline struct nx_map *nx_det_view(struct nx_map_key *mk, __u32 a
 static __always_inline __u64 nx_det_key(struct nx_map *m)
 {
 	return nx_port_word(m->key.in_ip, bpf_ntohs(m->key.in_port));
-}
-
-/* One more session on the deterministic mapping whose word is nx_ports[idx] and whose
- * endpoint's word (session count 0) is key: 0, or -1 when the word is no longer the
- * endpoint's (released meanwhile), -2 when it counts NX_PORT_NSESS_MAX sessions already.
- * Global, scalar arguments: the packet path's frame stays as it was. */
-__noinline int nx_det_ref(__u32 idx, __u64 key)
-{
-	__u64 *pw = bpf_map_lookup_elem(&nx_ports, &idx), old;
-
-	if (!pw)
-		return -1;
-	for (int t = 0; t < 4; t++) {
-		old = *(volatile __u64 *)pw;
-		if ((old & ~NX_PORT_NSESS_MASK) != key)
-			return -1;
-		if ((old & NX_PORT_NSESS_MASK) == NX_PORT_NSESS_MASK)
-			return -2;
-		if (__sync_val_compare_and_swap(pw, old, old + NX_PORT_NSESS_ONE) == old)
-			return 0;
-		nx_count(NX_STAT_ALLOC_RETRY);
-	}
-	return -1;
-}
-
-/* The reaper: one session fewer on the mapping of inside endpoint mk, outside endpoint
- * out_ip:out_port. The last one out puts the port on hold-down (released at now_s).
- * Returns 1 when it released the mapping. */
-static __always_inline int nx_det_unref(struct nx_config *cfg, struct nx_map_key *mk, __u32 out_ip,
-					__be16 out_port, __u32 now_s)
-{
-	__u64 key = nx_port_word(mk->in_ip, bpf_ntohs(mk->in_port)), old, nw, *pw;
-	__u32 a, idx;
-
-	if (!nx_pool_index(cfg, out_ip, &a))
-		return 0;
-	idx = nx_port_index(a, nx_proto_idx(mk->proto), bpf_ntohs(out_port));
-	pw = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (!pw)
-		return 0;
-#pragma unroll
-	for (int t = 0; t < 8; t++) {
-		old = *(volatile __u64 *)pw;
-		if ((old & ~NX_PORT_NSESS_MASK) != key || !(old & NX_PORT_NSESS_MASK))
-			return 0;
-		nw = (old & NX_PORT_NSESS_MASK) == NX_PORT_NSESS_ONE
-			 ? NX_PORT_TAG(NX_PORT_HELD) | now_s
-			 : old - NX_PORT_NSESS_ONE;
-		if (__sync_val_compare_and_swap(pw, old, nw) == old)
-			return NX_PORT_STATE(nw) == NX_PORT_HELD;
-	}
-	/* Lost to busy session counting eight times: this session's count is still on the
-	 * word, so the word stays the endpoint's and a plain atomic subtract is safe. Had it
-	 * been the last one, the word goes on hold-down here, or, if a new session counted
-	 * itself meanwhile, stays; a word left with no session is the daemon's (two sweeps). */
-	old = __sync_fetch_and_sub(pw, NX_PORT_NSESS_ONE);
-	if ((old & NX_PORT_NSESS_MASK) == NX_PORT_NSESS_ONE &&
-	    __sync_val_compare_and_swap(pw, key, NX_PORT_TAG(NX_PORT_HELD) | now_s) == key)
-		return 1;
-	return 0;
 }
 
 #endif /* NX_DET_H */

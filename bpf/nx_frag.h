@@ -17,7 +17,7 @@
 #include "nx_state.h"
 #include "nx_parse.h"
 #include "nx_session.h"
-#include "nx_stats.h"
+#include "nx_exit.h"
 
 static __always_inline void nx_frag_key_of(struct nx_pkt *p, struct nx_frag_key *k)
 {
@@ -39,26 +39,26 @@ static __always_inline void nx_frag_record(struct nx_config *cfg, struct nx_pkt 
 	bpf_map_update_elem(&nx_frags, &k, &v, BPF_ANY);
 }
 
-/* A later fragment going out: source becomes the subscriber's pool address. Returns -1
- * when translated, else a drop reason. */
+/* A later fragment going out: source becomes the subscriber's pool address. Returns NX_OK
+ * when translated, else minus a drop reason. */
 static __always_inline int nx_frag_out(struct nx_pkt *p)
 {
 	long addr = nx_sub_pool_addr(p->ip->saddr);
 	__u32 old;
 
 	if (addr < 0)
-		return (int)-addr;
+		return (int)addr;
 	old = p->ip->saddr;
 	p->ip->saddr = (__u32)addr;
 	nx_csum_replace4(&p->ip->check, old, (__u32)addr);
 	nx_count(NX_STAT_FRAG_OUT);
-	return -1;
+	return NX_OK;
 }
 
 /* A later fragment coming in: translated if its first was, else held for the daemon, whole
- * (a jumbo link's fragment too, up to NX_FRAG_HOLD_MAX bytes; never cut). Returns -1 when
- * translated, NX_STAT_FRAG_HELD when held (the frame's copy is the daemon's), or a drop
- * reason. */
+ * (a jumbo link's fragment too, up to NX_FRAG_HOLD_MAX bytes; never cut). Returns NX_OK when
+ * translated, -NX_STAT_FRAG_HELD when held (the frame's copy is the daemon's: dropped here), or
+ * minus a drop reason. */
 static __always_inline int nx_frag_in(struct xdp_md *ctx, struct nx_pkt *p, __u32 now)
 {
 	struct nx_frag_key k;
@@ -73,11 +73,11 @@ static __always_inline int nx_frag_in(struct xdp_md *ctx, struct nx_pkt *p, __u3
 		p->ip->daddr = f->in_ip;
 		nx_csum_replace4(&p->ip->check, old, f->in_ip);
 		nx_count(NX_STAT_FRAG_IN);
-		return -1;
+		return NX_OK;
 	}
 	len = bpf_ntohs(p->ip->tot_len);
 	if (len > NX_FRAG_HOLD_MAX)
-		return NX_DROP_FRAG_TOO_BIG;
+		return -NX_DROP_FRAG_TOO_BIG;
 	/* a record of the size it needs: a fragment of a 1500-byte link takes 1.5 KiB of the
 	 * ring, a jumbo one up to 9 KiB (the size must be a constant) */
 	if (len <= NX_FRAG_HOLD_SMALL)
@@ -85,15 +85,15 @@ static __always_inline int nx_frag_in(struct xdp_md *ctx, struct nx_pkt *p, __u3
 	else
 		h = bpf_ringbuf_reserve(&nx_frag_rb, sizeof(*h), 0);
 	if (!h)
-		return NX_DROP_FRAG_NO_STATE;
+		return -NX_DROP_FRAG_NO_STATE;
 	h->key = k;
 	h->len = len;
 	if (len < 20 || bpf_xdp_load_bytes(ctx, sizeof(struct ethhdr), h->data, len)) {
 		bpf_ringbuf_discard(h, 0);
-		return NX_DROP_FRAG_NO_STATE;
+		return -NX_DROP_FRAG_NO_STATE;
 	}
 	bpf_ringbuf_submit(h, 0);
-	return NX_STAT_FRAG_HELD;
+	return -NX_STAT_FRAG_HELD;
 }
 
 #endif /* NX_FRAG_H */

@@ -28,7 +28,7 @@
 #include "nx_csum.h"
 #include "nx_state.h"
 #include "nx_parse.h"
-#include "nx_stats.h"
+#include "nx_exit.h"
 
 static __always_inline void nx_fib_params(struct xdp_md *ctx, struct iphdr *ip,
 					  struct bpf_fib_lookup *fib)
@@ -175,7 +175,7 @@ static __always_inline int nx_for_us(struct xdp_md *ctx)
 }
 
 /* Decrement TTL (the caller checked it is > 1), set the MACs the FIB gave, redirect. */
-static __always_inline int nx_redirect(struct nx_pkt *p, struct bpf_fib_lookup *fib)
+static __always_inline nx_verdict nx_redirect(struct nx_pkt *p, struct bpf_fib_lookup *fib)
 {
 	struct iphdr *ip = p->ip;
 	__u16 old = *(__u16 *)&ip->ttl, new;
@@ -194,14 +194,13 @@ static __always_inline int nx_redirect(struct nx_pkt *p, struct bpf_fib_lookup *
 	/* An egress interface natrix is not attached to is not in nx_tx: the kernel forwards. */
 	if (bpf_redirect_map(&nx_tx, fib->ifindex, XDP_PASS) == XDP_PASS)
 		return nx_pass(NX_STAT_PASS_FIB_OTHER);
-	nx_count(NX_STAT_REDIRECT);
-	return XDP_REDIRECT;
+	return nx_redirected(NX_STAT_REDIRECT);
 }
 
 /* Finish a packet already translated: forward it ourselves when the FIB can, otherwise let
  * the kernel forward the translated packet (it resolves the neighbour or fragments). */
-static __always_inline int nx_finish(struct xdp_md *ctx, struct nx_pkt *p,
-				     struct bpf_fib_lookup *fib)
+static __always_inline nx_verdict nx_finish(struct xdp_md *ctx, struct nx_pkt *p,
+					    struct bpf_fib_lookup *fib)
 {
 	int rc = nx_fib(ctx, p->ip, fib);
 

@@ -17,7 +17,7 @@
 #include "nx_state.h"
 #include "nx_parse.h"
 #include "nx_session.h"
-#include "nx_stats.h"
+#include "nx_exit.h"
 
 #define NX_ICMP_QUOTE_MAX 548 /* 576 - IP - ICMP headers (RFC 1812 4.3.2.3) */
 
@@ -83,7 +83,7 @@ struct nx_icmp_err {
 
 /* Parse and validate an ICMP error at ctx: ICMP checksum over the whole message, embedded
  * IPv4 header (options walked, RFC 5508 REQ-3) and its checksum, 8 bytes of transport.
- * Returns 0 or a drop reason. */
+ * Returns NX_OK or minus a drop reason. */
 static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_err *e)
 {
 	void *data = (void *)(long)ctx->data;
@@ -94,34 +94,34 @@ static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_
 	void *el4, *ip_end;
 
 	if ((void *)(ip + 1) > end)
-		return NX_DROP_MALFORMED_IP;
+		return -NX_DROP_MALFORMED_IP;
 	hlen = ip->ihl * 4;
 	if (hlen < 20 || hlen > 60)
-		return NX_DROP_MALFORMED_IP;
+		return -NX_DROP_MALFORMED_IP;
 	icmp_len = bpf_ntohs(ip->tot_len);
 	if (icmp_len < hlen + 8 + 20 + 8)
-		return NX_DROP_ICMP_MALFORMED;
+		return -NX_DROP_ICMP_MALFORMED;
 	icmp_len -= hlen;
 	if (nx_csum_fold(nx_sum_region(ctx, sizeof(struct ethhdr) + hlen, icmp_len)) != 0)
-		return NX_DROP_ICMP_BAD_CHECKSUM;
+		return -NX_DROP_ICMP_BAD_CHECKSUM;
 	e->ip = ip;
 	e->icmp = (void *)ip + hlen;
 	if ((void *)(e->icmp + 1) > end)
-		return NX_DROP_ICMP_MALFORMED;
+		return -NX_DROP_ICMP_MALFORMED;
 	eip = (void *)(e->icmp + 1);
 	if ((void *)(eip + 1) > end)
-		return NX_DROP_ICMP_MALFORMED;
+		return -NX_DROP_ICMP_MALFORMED;
 	if (eip->version != 4 || eip->ihl < 5)
-		return NX_DROP_ICMP_MALFORMED;
+		return -NX_DROP_ICMP_MALFORMED;
 	ehl = eip->ihl * 4;
 	el4 = (void *)eip + ehl;
 	/* bounded by the frame (for the verifier) and by the IP packet: link-layer padding
 	 * after it is not part of the quote */
 	ip_end = (void *)ip + bpf_ntohs(ip->tot_len);
 	if (el4 + 8 > end || el4 + 8 > ip_end)
-		return NX_DROP_ICMP_MALFORMED;
+		return -NX_DROP_ICMP_MALFORMED;
 	if (!nx_ip_hdr_csum_ok(eip, end))
-		return NX_DROP_ICMP_BAD_CHECKSUM;
+		return -NX_DROP_ICMP_BAD_CHECKSUM;
 	e->eip = eip;
 	e->el4 = el4;
 	e->eproto = eip->protocol;
@@ -143,16 +143,16 @@ static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_
 		__u8 t = *(__u8 *)el4;
 
 		if (t != ICMP_ECHO && t != ICMP_ECHOREPLY)
-			return NX_DROP_UNSUPPORTED_ICMP; /* an error about an error: never */
+			return -NX_DROP_UNSUPPORTED_ICMP; /* an error about an error: never */
 		e->eport_src = el4 + 4;
 		e->eport_dst = el4 + 4;
 		e->el4_csum = el4 + 2;
 		break;
 	}
 	default:
-		return NX_DROP_UNSUPPORTED_PROTO;
+		return -NX_DROP_UNSUPPORTED_PROTO;
 	}
-	return 0;
+	return NX_OK;
 }
 
 /* Change a 16-bit word inside the ICMP payload, keeping the ICMP checksum right. */
@@ -204,8 +204,8 @@ static __always_inline void nx_icmp_rewrite_embedded(struct nx_icmp_err *e, int 
 
 /* Translate an ICMP error arriving for a pool address (or hairpinned): the embedded packet
  * left through natrix, so its source is one of our outside endpoints. Restores the inside
- * endpoint in the embedded headers and the outer destination. Returns -1 when translated,
- * else a drop reason. Global: verified once. */
+ * endpoint in the embedded headers and the outer destination. Returns NX_OK when
+ * translated, else minus a drop reason. Global: verified once. */
 __noinline int nx_icmp_error_in(struct xdp_md *ctx)
 {
 	struct nx_icmp_err e = {};
@@ -216,28 +216,28 @@ __noinline int nx_icmp_error_in(struct xdp_md *ctx)
 	int rc;
 
 	if (!cfg)
-		return NX_DROP_INTERNAL;
+		return -NX_DROP_INTERNAL;
 	rc = nx_icmp_err_parse(ctx, &e);
 	if (rc)
 		return rc;
 	eaddr = e.eip->saddr;
 	eport = *e.eport_src;
 	if (!nx_pool_index(cfg, eaddr, &addr_idx))
-		return NX_DROP_NO_MAPPING;
+		return -NX_DROP_NO_MAPPING;
 	if (!nx_outside_mapping(addr_idx, e.eproto, eaddr, eport, &mk))
-		return NX_DROP_NO_MAPPING;
+		return -NX_DROP_NO_MAPPING;
 	in_ip = mk.in_ip;
 	nx_icmp_rewrite_embedded(&e, 1, in_ip, mk.in_port);
 	old = e.ip->daddr;
 	e.ip->daddr = in_ip;
 	nx_csum_replace4(&e.ip->check, old, in_ip);
 	nx_count(NX_STAT_ICMP_ERR_IN);
-	return -1;
+	return NX_OK;
 }
 
 /* Translate an ICMP error a subscriber sends about a packet natrix delivered to it: the
  * embedded destination becomes our outside endpoint again, the outer source our outside
- * address. Returns -1 when translated, else a drop reason. Global: verified once. */
+ * address. Returns NX_OK when translated, else minus a drop reason. Global: verified once. */
 __noinline int nx_icmp_error_out(struct xdp_md *ctx)
 {
 	struct nx_icmp_err e = {};
@@ -252,19 +252,19 @@ __noinline int nx_icmp_error_out(struct xdp_md *ctx)
 		return rc;
 	/* the subscriber speaks of a packet addressed to itself */
 	if (e.eip->daddr != e.ip->saddr)
-		return NX_DROP_NO_MAPPING;
+		return -NX_DROP_NO_MAPPING;
 	mk.in_ip = e.eip->daddr;
 	mk.in_port = *e.eport_dst;
 	mk.proto = e.eproto;
 	m = cfg ? nx_map_find(cfg, &mk) : 0;
 	if (!m)
-		return NX_DROP_NO_MAPPING;
+		return -NX_DROP_NO_MAPPING;
 	nx_icmp_rewrite_embedded(&e, 0, m->out_ip, m->out_port);
 	old = e.ip->saddr;
 	e.ip->saddr = m->out_ip;
 	nx_csum_replace4(&e.ip->check, old, m->out_ip);
 	nx_count(NX_STAT_ICMP_ERR_OUT);
-	return -1;
+	return NX_OK;
 }
 
 /* ---- generating errors ---- */
@@ -293,9 +293,11 @@ static __always_inline int nx_icmp_rate_ok(__u32 per_sec)
 
 /* Turn the packet at ctx into an ICMP error about it, sent back out of the interface it
  * came in on: quote as much of the original as fits in 576 bytes, source address src.
- * Returns the redirect's verdict (nx_icmp_sent), or -1 when nothing was built (rate
- * limit, no source address, no room): the caller then drops. Global: verified once. */
-__noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u32 src)
+ * The verdict: redirected (icmp_sent), with reason, why natrix owes the error, counted;
+ * dropped for that reason when nothing was built (rate limit, no source address, no room);
+ * dropped as redirect_failed when the redirect was refused. Global: verified once. */
+__noinline nx_verdict nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u32 src,
+				   __u32 reason)
 {
 	struct nx_config *cfg = nx_config();
 	unsigned char smac[ETH_ALEN], dmac[ETH_ALEN];
@@ -308,14 +310,14 @@ __noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u3
 
 	if (!cfg || !src || !nx_icmp_rate_ok(cfg->icmp_per_sec)) {
 		nx_count(NX_STAT_ICMP_SUPPRESSED);
-		return -1;
+		return nx_drop(reason);
 	}
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	eth = data;
 	oip = data + sizeof(*eth);
 	if ((void *)(oip + 1) > end)
-		return -1;
+		return nx_drop(reason);
 	__builtin_memcpy(smac, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(dmac, eth->h_dest, ETH_ALEN);
 	dst = oip->saddr;
@@ -324,18 +326,18 @@ __noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u3
 	len = end - data;
 	if (len > sizeof(*eth) + quote &&
 	    bpf_xdp_adjust_tail(ctx, (int)(sizeof(*eth) + quote) - (int)len))
-		return -1;
+		return nx_drop(reason);
 	/* 28 new bytes in front: the original IP header then sits right after our ICMP
 	 * header, where the quote belongs */
 	if (bpf_xdp_adjust_head(ctx, -(int)(sizeof(struct iphdr) + sizeof(struct icmphdr))))
-		return -1;
+		return nx_drop(reason);
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	eth = data;
 	ip = data + sizeof(*eth);
 	ic = (void *)(ip + 1);
 	if ((void *)(ic + 1) > end)
-		return -1;
+		return nx_drop(reason);
 	__builtin_memcpy(eth->h_dest, smac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, dmac, ETH_ALEN);
 	eth->h_proto = NX_BE_ETH_P_IP;
@@ -365,23 +367,15 @@ __noinline int nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mtu, __u3
 	end = (void *)(long)ctx->data_end;
 	ic = data + sizeof(struct ethhdr) + sizeof(struct iphdr);
 	if ((void *)(ic + 1) > end)
-		return -1;
+		return nx_drop(reason);
 	ic->checksum = nx_csum_fold(sum);
 	/* Out where it came in. A redirect rather than XDP_TX: rare packets, and a veth only
 	 * flushes XDP_TX frames to a peer that runs XDP itself. XDP_ABORTED (flags 0) when
-	 * the interface is not in nx_tx: see nx_icmp_sent. */
-	return bpf_redirect_map(&nx_tx, ctx->ingress_ifindex, 0);
-}
-
-/* The verdict for an ICMP error nx_icmp_send built in place: counted as sent when the
- * redirect was accepted, else dropped as redirect_failed. */
-static __always_inline int nx_icmp_sent(int rc)
-{
-	if (rc == XDP_REDIRECT) {
-		nx_count(NX_STAT_ICMP_SENT);
-		return XDP_REDIRECT;
-	}
-	return nx_drop(NX_DROP_REDIRECT_FAILED);
+	 * the interface is not in nx_tx. */
+	nx_count(reason);
+	if (bpf_redirect_map(&nx_tx, ctx->ingress_ifindex, 0) != XDP_REDIRECT)
+		return nx_drop(NX_DROP_REDIRECT_FAILED);
+	return nx_redirected(NX_STAT_ICMP_SENT);
 }
 
 #define NX_ICMP_TC(type, code) (((type) << 8) | (code))

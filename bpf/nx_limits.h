@@ -109,7 +109,7 @@ static __always_inline int nx_home_counts(__u64 w, __u32 ip)
 }
 
 /* A packet with no session from inside address ip, about to look for (create: or make) a
- * mapping: 0 when it may go on, else the drop reason: not_subscriber for a source outside
+ * mapping: NX_OK when it may go on, else minus the drop reason: not_subscriber for a source outside
  * the prefixes, session_quota when it would open a session its subscriber has no room for
  * (checked here, before a mapping is made for nothing; nx_sess_take decides exactly).
  * Dynamic mode reads the home block word (its walk reads it next) and, only for a
@@ -121,11 +121,11 @@ __noinline int nx_may_open(__u32 ip, int create)
 	__u32 *cnt, n = 0;
 
 	if (!cfg)
-		return NX_DROP_INTERNAL;
+		return -NX_DROP_INTERNAL;
 	if (!nx_is_subscriber_(cfg, ip))
-		return NX_DROP_NOT_SUBSCRIBER;
+		return -NX_DROP_NOT_SUBSCRIBER;
 	if (!create || !cfg->sess_per_sub)
-		return 0;
+		return NX_OK;
 	bw = nx_home_word(cfg, ip);
 	if (bw) {
 		w = *(volatile __u64 *)bw;
@@ -136,7 +136,7 @@ __noinline int nx_may_open(__u32 ip, int create)
 		if (cnt)
 			n += *(volatile __u32 *)cnt;
 	}
-	return n >= cfg->sess_per_sub ? NX_DROP_SESSION_QUOTA : 0;
+	return n >= cfg->sess_per_sub ? -NX_DROP_SESSION_QUOTA : NX_OK;
 }
 
 /* A session about to be inserted for inside address ip counts itself on its subscriber.

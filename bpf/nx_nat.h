@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* Translation in both directions, and the two packet paths built from it. */
+/* Translation in both directions: header rewriting, finding or making mappings and
+ * sessions, filtering; and the verdicts both paths (nx_fast.h, nx_slow.h) give. */
 #ifndef NX_NAT_H
 #define NX_NAT_H
 
@@ -68,49 +69,20 @@ static __always_inline __u32 *nx_ep_lock(struct nx_config *cfg, __u32 sip, __u32
 	return bpf_map_lookup_elem(&nx_tab_locks, &key);
 }
 
-/* The configuration (*cfg) and the endpoint's lock stripe, for nx_dyn_map and nx_dyn_table;
- * 0 when either is missing. */
-static __always_inline __u32 *nx_dyn_lock(struct nx_config **cfg, __u32 sip, __u32 pp)
+/* With a, what nx_alloc answered for inside endpoint sip (pp = NX_PP(protocol index, inside
+ * port)), the endpoint's lock held: the walk claims in the home block the subscriber owns now
+ * (NX_ALLOC_HOME), or the port a becomes a table mapping (its own timer, transitory for TCP,
+ * runs until it has a session). Returns as nx_home_map does, or minus a drop reason. Global:
+ * its frame is not on the stack while the allocator's is (nx_dyn_map). */
+__noinline long nx_dyn_table(__u32 sip, __u32 pp, long a)
 {
-	*cfg = nx_config();
-	return *cfg ? nx_ep_lock(*cfg, sip, pp) : 0;
-}
-
-/* Dynamic mode, first step for a packet that may open a connection: take the endpoint's
- * lock, then find its mapping or claim one in its home block (nx_home_map). Returns as
- * nx_home_map does, or minus a drop reason; the lock is still held (only) when the result
- * is NX_HW_NONE: a table mapping is to be made (nx_alloc, then nx_dyn_table). Global,
- * scalar arguments: verified once; the allocator is called from the packet path, not from
- * here, so that the calls nested on the 512-byte stack stay as deep as they were. */
-__noinline long nx_dyn_map(__u32 sip, __u32 pp)
-{
-	struct nx_config *cfg;
-	__u32 *lock = nx_dyn_lock(&cfg, sip, pp);
-	long r;
-
-	if (!lock)
-		return -NX_DROP_INTERNAL;
-	if (nx_tab_lock_take(lock) < 0)
-		return -NX_DROP_TABLE_BUSY;
-	r = nx_home_map(sip, pp, 1);
-	if (r < 0 || !(r & NX_HW_NONE))
-		nx_tab_lock_drop(lock);
-	return r;
-}
-
-/* Second step, the endpoint's lock held: with a, what nx_alloc answered, the walk claims in
- * the home block the subscriber owns now (NX_ALLOC_HOME), or the port a becomes a table
- * mapping (its own timer, transitory for TCP, runs until it has a session: now is the
- * tick). Drops the lock. Returns as nx_home_map does, or minus a drop reason. Global. */
-__noinline long nx_dyn_table(__u32 sip, __u32 pp, __u32 now, long a)
-{
-	struct nx_config *cfg;
-	__u32 pidx = pp >> 16, key, *out_ip, *lock = nx_dyn_lock(&cfg, sip, pp);
+	struct nx_config *cfg = nx_config();
+	__u32 pidx = pp >> 16, key, *out_ip;
 	__u8 proto;
 	__s64 ins;
 	long r;
 
-	if (!lock)
+	if (!cfg)
 		return -NX_DROP_INTERNAL;
 	if (a == NX_ALLOC_HOME) {
 		/* the subscriber owns its home block now: the walk claims there (nx_alloc
@@ -118,32 +90,57 @@ __noinline long nx_dyn_table(__u32 sip, __u32 pp, __u32 now, long a)
 		r = nx_home_map(sip, pp, 2);
 		if (r >= 0 && (r & NX_HW_NONE))
 			r = -NX_DROP_QUOTA_EXCEEDED;
-		goto out;
+		return r;
 	}
-	r = a;
 	if (a < 0 || pidx >= NX_NPROTO)
-		goto out;
+		return a;
 	key = (__u32)(a >> 16);
 	out_ip = bpf_map_lookup_elem(&nx_pool, &key);
 	if (!out_ip) {
 		nx_port_unclaim(cfg, key, pidx, (__u16)a, nx_port_word(sip, (__u16)pp));
-		r = -NX_DROP_INTERNAL;
-		goto out;
+		return -NX_DROP_INTERNAL;
 	}
 	proto = pidx == NX_P_TCP ? IPPROTO_TCP : pidx == NX_P_UDP ? IPPROTO_UDP : IPPROTO_ICMP;
 	ins = nx_maps_insert((__u64)sip | (__u64)bpf_htons((__u16)pp) << 32 | (__u64)proto << 48,
 			     (__u64)*out_ip | (__u64)bpf_htons((__u16)a) << 32,
-			     (__u64)(now + nx_timeout(cfg, proto, NX_TCP_SYN_OUT)) << 32);
+			     (__u64)(nx_now_tick(cfg) + nx_timeout(cfg, proto, NX_TCP_SYN_OUT))
+				 << 32);
 	if (ins < 0 || !(ins & NX_TAB_NEW)) {
 		/* full (or, which the lock excludes, created meanwhile): this port goes back */
 		nx_port_unclaim(cfg, (__u32)(a >> 16), pidx, (__u16)a,
 				nx_port_word(sip, (__u16)pp));
-		r = ins < 0 ? ins : NX_HW_TAB | (__u32)ins;
-		goto out;
+		return ins < 0 ? ins : NX_HW_TAB | (__u32)ins;
 	}
 	nx_count(NX_STAT_MAP_CREATED);
-	r = NX_HW_TAB | NX_HW_NEW | (__u32)ins;
-out:
+	return NX_HW_TAB | NX_HW_NEW | (__u32)ins;
+}
+
+/* Dynamic mode, a packet that may open a connection from inside endpoint sip: under its
+ * endpoint's lock stripe, its mapping is found or claimed in its home block
+ * (nx_home_map), or else a port is allocated (nx_alloc, once more if the subscriber entry
+ * it worked on went away meanwhile) and made a table mapping (nx_dyn_table). The lock is
+ * taken and dropped here. Returns as nx_home_map does, or minus a drop reason. Global,
+ * scalar arguments: verified once. Its frame sits between the slow path's and the
+ * allocator's on the 512-byte stack: it keeps little across its calls. */
+__noinline long nx_dyn_map(__u32 sip, __u32 pp)
+{
+	struct nx_config *cfg = nx_config();
+	__u32 *lock = cfg ? nx_ep_lock(cfg, sip, pp) : 0;
+	__u32 home_full;
+	long r;
+
+	if (!lock)
+		return -NX_DROP_INTERNAL;
+	if (nx_tab_lock_take(lock) < 0)
+		return -NX_DROP_TABLE_BUSY;
+	r = nx_home_map(sip, pp, 1);
+	if (r >= 0 && (r & NX_HW_NONE)) {
+		home_full = (__u32)(r & NX_HW_OWNER);
+		r = nx_alloc(sip, pp >> 16, pp & 0xffff, home_full);
+		if (r == NX_ALLOC_STALE)
+			r = nx_alloc(sip, pp >> 16, pp & 0xffff, home_full);
+		r = nx_dyn_table(sip, pp, r);
+	}
 	nx_tab_lock_drop(lock);
 	return r;
 }
@@ -166,10 +163,6 @@ static __always_inline struct nx_map *nx_map_get(struct nx_config *cfg, struct n
 		*created = 1;
 	} else if (create) {
 		r = nx_dyn_map(mk->in_ip, pp);
-		if (r >= 0 && (r & NX_HW_NONE))
-			r = nx_dyn_table(
-			    mk->in_ip, pp, now,
-			    nx_alloc(mk->in_ip, pp >> 16, pp & 0xffff, (__u32)(r & NX_HW_OWNER)));
 		*created = r >= 0 && (r & NX_HW_NEW);
 	} else {
 		r = nx_home_map(mk->in_ip, pp, 0);
@@ -234,7 +227,7 @@ static __always_inline int nx_filter_allows(struct nx_config *cfg, struct nx_map
 }
 
 /* Inside -> outside: find or create the mapping and session, rewrite the source.
- * Returns -1 on success, or a drop reason. */
+ * Returns NX_OK, or minus a drop reason. */
 static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p, __u32 now)
 {
 	struct nx_map_key mk = {};
@@ -259,7 +252,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	 * filtering record: it must neither pass as that record's flow nor count on a
 	 * mapping through it */
 	if (s && (s->flags & NX_SF_PERMIT))
-		return NX_DROP_MALFORMED_L4;
+		return -NX_DROP_MALFORMED_L4;
 	/* a connection may be opening: start fetching what the walk will read (the limit's
 	 * check below reads the first of those lines too) */
 	if (nx_may_create(p) && !cfg->det_count)
@@ -269,7 +262,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	if (!s) {
 		int r = nx_may_open(sk.in_ip, nx_may_create(p));
 
-		if (r)
+		if (r < 0)
 			return r;
 	}
 	mk.in_ip = sk.in_ip;
@@ -277,11 +270,11 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	mk.proto = p->proto;
 	m = nx_map_get(cfg, &mk, nx_may_create(p), now, &created, &reason);
 	if (!m)
-		return reason;
+		return -reason;
 	if (s) {
 		/* a session outliving its reaped mapping now belongs to the new one */
 		if (created && nx_map_ref(m) < 0)
-			return NX_DROP_MAP_DYING;
+			return -NX_DROP_MAP_DYING;
 		s->out_ip = m->out_ip;
 		s->out_port = m->out_port;
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
@@ -290,20 +283,20 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 		/* A deterministic word claimed for a session that could not be made keeps a
 		 * session count of 0: the daemon puts it on hold-down (src/expiry.rs). */
 		if (!s)
-			return reason;
+			return -reason;
 	}
 translate:
 	if (cfg->filtering == NX_FILTER_ADF && p->proto != IPPROTO_ICMP)
 		nx_permit_address(&sk, s->expire);
 	nx_rewrite(p, NX_DIR_OUT, s->out_ip, s->out_port);
 	nx_count(NX_STAT_XLATE_OUT);
-	return -1;
+	return NX_OK;
 }
 
 /* Outside -> inside, for a destination that is a pool address (pool index addr_idx):
  * the outside port array names the inside endpoint, the mapping confirms it, the filter
  * decides, the session is found or created. The packet is not rewritten yet: *in_ip and
- * *in_port say what to rewrite to. Returns -1 on success, or a drop reason. */
+ * *in_port say what to rewrite to. Returns NX_OK, or minus a drop reason. */
 static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_pkt *p,
 					      __u32 addr_idx, __u32 now, __u32 *in_ip,
 					      __u16 *in_port)
@@ -317,7 +310,7 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 
 	st = nx_port_owner(addr_idx, p->proto, out_port, &mk);
 	if (!st)
-		return NX_DROP_NO_MAPPING;
+		return -NX_DROP_NO_MAPPING;
 	sk.in_ip = mk.in_ip;
 	sk.rem_ip = p->ip->saddr;
 	sk.in_port = mk.in_port;
@@ -332,21 +325,22 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 		/* the port word and the mapping must agree; a stale word never translates */
 		m = nx_word_mapping(cfg, st, &mk, addr_idx, out_port);
 		if (!m || m->out_port != out_port || m->out_ip != p->ip->daddr)
-			return NX_DROP_NO_MAPPING;
+			return -NX_DROP_NO_MAPPING;
 		/* Unsolicited: endpoint-independent filtering (or a static forward) opens a
 		 * session; otherwise dropped without a word back (RFC 5382 REQ-4: never a RST,
 		 * and nothing at all for an unsolicited SYN). */
 		if (!nx_filter_allows(cfg, m, &sk))
-			return NX_DROP_FILTERED;
+			return -NX_DROP_FILTERED;
 		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_IN, now, &reason);
 		if (!s)
-			return reason;
+			return -reason;
 	}
 	*in_ip = mk.in_ip;
 	*in_port = mk.in_port;
-	return -1;
+	return NX_OK;
 }
 
+/* Outside -> inside, lookup and rewrite (nx_xlate_in_lookup). NX_OK or minus a drop reason. */
 static __always_inline int nx_xlate_in(struct nx_config *cfg, struct nx_pkt *p, __u32 addr_idx,
 				       __u32 now)
 {
@@ -354,11 +348,11 @@ static __always_inline int nx_xlate_in(struct nx_config *cfg, struct nx_pkt *p, 
 	__u16 in_port = 0;
 	int rc = nx_xlate_in_lookup(cfg, p, addr_idx, now, &in_ip, &in_port);
 
-	if (rc >= 0)
+	if (rc < 0)
 		return rc;
 	nx_rewrite(p, NX_DIR_IN, in_ip, in_port);
 	nx_count(NX_STAT_XLATE_IN);
-	return -1;
+	return NX_OK;
 }
 
 /* The ICMP messages translated as queries: echo request and reply. */
@@ -369,18 +363,19 @@ static __always_inline int nx_icmp_is_query(struct nx_pkt *p)
 	return type == ICMP_ECHO || type == ICMP_ECHOREPLY;
 }
 
+/* ---- verdicts both paths give ---- */
+
 /* The drop reasons that mean "no mapping or session could be made for you": the
  * subscriber is told with ICMP destination unreachable (RFC 6888 REQ-8: host unreachable,
  * or RFC 5508 REQ-8: administratively prohibited, per nat.unreachable_code; RFC 6888
  * REQ-11), rate-limited; nothing existing is touched. The packet is counted under its
  * reason either way; the error it became, as sent (icmp_sent) or not (redirect_failed).
- * Global: verified once, and off the packet path's stack. */
-__noinline int nx_refuse(struct xdp_md *ctx, int reason)
+ * Global: verified once. */
+__noinline nx_verdict nx_refuse(struct xdp_md *ctx, __u32 reason)
 {
 	struct nx_config *cfg = nx_config();
 	struct nx_iface *ifc;
 	__u32 ifindex;
-	int rc;
 
 	if (!ctx || !cfg)
 		return nx_drop(NX_DROP_INTERNAL);
@@ -392,15 +387,12 @@ __noinline int nx_refuse(struct xdp_md *ctx, int reason)
 	ifc = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 	if (!ifc)
 		return nx_drop(reason);
-	rc = nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, cfg->unreach_code & 0xff), 0,
-			  ifc->addr);
-	if (rc < 0)
-		return nx_drop(reason);
-	nx_count(reason);
-	return nx_icmp_sent(rc);
+	return nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, cfg->unreach_code & 0xff), 0,
+			    ifc->addr, reason);
 }
 
-static __always_inline int nx_parse_verdict(int rc)
+/* A parser's answer other than NX_PARSE_OK. */
+static __always_inline nx_verdict nx_parse_verdict(int rc)
 {
 	switch (rc) {
 	case NX_PARSE_BAD_ETH:
@@ -418,229 +410,16 @@ static __always_inline int nx_parse_verdict(int rc)
 	}
 }
 
-/* ---- the two paths ---- */
-
-/* Forward whatever is at ctx now (after an ICMP error was translated in place). */
-static __always_inline int nx_forward_ctx(struct xdp_md *ctx)
-{
-	struct nx_scratch *scr = nx_scratch_get();
-	struct nx_pkt p = {};
-
-	if (!scr || nx_parse_eth(ctx, &p) != NX_PARSE_OK || nx_parse_ip(&p) != NX_PARSE_OK)
-		return nx_drop(NX_DROP_INTERNAL);
-	return nx_finish(ctx, &p, &scr->fib);
-}
-
-/* An ICMP error from a subscriber: translated outbound; if it is addressed to a pool
- * address (an error about a hairpinned packet, RFC 5508 REQ-7), translated inbound too. */
-static __always_inline int nx_error_out(struct xdp_md *ctx, int hairpin)
-{
-	int rc = nx_icmp_error_out(ctx);
-
-	if (rc >= 0)
-		return nx_drop(rc);
-	if (hairpin) {
-		rc = nx_icmp_error_in(ctx);
-		if (rc >= 0)
-			return nx_drop(rc);
-	}
-	return nx_forward_ctx(ctx);
-}
-
 /* After an outbound translation: out through the FIB's interface, or to the kernel when it
  * must fragment the packet or resolve the neighbour. */
-static __always_inline int nx_out_finish(struct nx_pkt *p, struct bpf_fib_lookup *fib, int fib_rc,
-					 int too_big)
+static __always_inline nx_verdict nx_out_finish(struct nx_pkt *p, struct bpf_fib_lookup *fib,
+						int fib_rc, int too_big)
 {
 	if (too_big)
 		return nx_pass(NX_STAT_PASS_TOO_BIG);
 	if (fib_rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return nx_redirect(p, fib);
 	return nx_pass(NX_STAT_PASS_NO_NEIGH);
-}
-
-/* Ingress on an inside interface. */
-static __always_inline int nx_path_inside(struct xdp_md *ctx)
-{
-	struct nx_scratch *scr = nx_scratch_get();
-	struct bpf_fib_lookup *fib;
-	struct nx_config *cfg;
-	struct nx_pkt p = {};
-	__u32 pool_idx = 0;
-	int rc, fib_rc = 0, too_big = 0, hairpin;
-	__u32 now, dst;
-
-	nx_count(NX_STAT_RX_INSIDE);
-	if (!nx_for_us(ctx))
-		return nx_pass(NX_STAT_PASS_OTHER_HOST);
-	rc = nx_parse_l3(ctx, &p);
-	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
-		return nx_parse_verdict(rc);
-	cfg = nx_config();
-	if (!cfg || !scr)
-		return nx_drop(NX_DROP_INTERNAL);
-	fib = &scr->fib;
-
-	/* The key is copied to the stack: clang 14 mis-spills a packet pointer used as a map
-	 * key. */
-	dst = p.ip->daddr;
-	/* Excluded destinations (RFC 6888 REQ-6) are routed as they are. The flag spares
-	 * every packet a trie lookup when there are none. */
-	if (cfg->flags & NX_CF_EXCLUSIONS) {
-		struct nx_lpm_key ek = {.prefixlen = 32, .addr = dst};
-
-		if (bpf_map_lookup_elem(&nx_excl, &ek)) {
-			if (!nx_is_subscriber(p.ip->saddr))
-				return nx_drop(NX_DROP_NOT_SUBSCRIBER);
-			nx_count(NX_STAT_PASS_EXCLUDED);
-			if (p.ip->ttl <= 1 || nx_fib(ctx, p.ip, fib) != BPF_FIB_LKUP_RET_SUCCESS)
-				return XDP_PASS;
-			return nx_redirect(&p, fib);
-		}
-	}
-	/* To a pool address: hairpinning, translated both ways without leaving the box. */
-	hairpin = nx_pool_index(cfg, dst, &pool_idx);
-	if (!hairpin) {
-		fib_rc = nx_fib(ctx, p.ip, fib);
-		if (fib_rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-			/* Too big for the next hop. With DF the kernel must answer "fragmentation
-			 * needed" to the subscriber: give it the untranslated packet. Without DF we
-			 * translate and let the kernel fragment. Look up again without the length
-			 * check to learn the egress interface. */
-			if (p.ip->frag_off & NX_IP_DF)
-				return nx_pass(NX_STAT_PASS_FIB_OTHER);
-			fib->tot_len = 0;
-			fib->ifindex = ctx->ingress_ifindex;
-			if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
-				return nx_pass(NX_STAT_PASS_FIB_OTHER);
-			too_big = 1; /* translated below, then the kernel fragments it */
-			fib_rc = BPF_FIB_LKUP_RET_SUCCESS;
-		}
-		if (fib_rc != BPF_FIB_LKUP_RET_SUCCESS && fib_rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-			return nx_pass(fib_rc == BPF_FIB_LKUP_RET_NOT_FWDED
-					   ? NX_STAT_PASS_LOCAL
-					   : NX_STAT_PASS_FIB_OTHER);
-		/* Only traffic leaving through an outside interface is translated. */
-		if (nx_iface_role(fib->ifindex) != NX_ROLE_OUTSIDE)
-			return nx_pass(NX_STAT_PASS_LOCAL);
-	} else if (!(cfg->flags & NX_CF_HAIRPIN)) {
-		return nx_drop(NX_DROP_HAIRPIN_DISABLED);
-	}
-	if (p.ip->ttl <= 1)
-		return nx_pass(NX_STAT_PASS_TTL);
-	if (p.frag && hairpin)
-		return nx_drop(NX_DROP_FRAGMENT); /* hairpinned fragments: not supported */
-	if (p.frag == 2) {
-		/* a later fragment: no transport header, only the source to rewrite */
-		if (!nx_is_subscriber(p.ip->saddr))
-			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
-		rc = nx_frag_out(&p);
-		if (rc >= 0)
-			return nx_drop(rc);
-		return nx_out_finish(&p, fib, fib_rc, too_big);
-	}
-	rc = nx_parse_l4(&p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
-		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
-			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
-		if (!nx_is_subscriber(p.ip->saddr))
-			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
-		return nx_error_out(ctx, hairpin);
-	}
-
-	now = nx_now_tick(cfg);
-	rc = nx_xlate_out(cfg, &p, now);
-	if (rc >= 0)
-		return nx_refuse(ctx, rc);
-	if (hairpin) {
-		rc = nx_xlate_in(cfg, &p, pool_idx, now);
-		if (rc >= 0)
-			return nx_drop(rc);
-		return nx_finish(ctx, &p, fib);
-	}
-	return nx_out_finish(&p, fib, fib_rc, too_big);
-}
-
-/* Ingress on an outside interface. */
-static __always_inline int nx_path_outside(struct xdp_md *ctx)
-{
-	struct nx_scratch *scr = nx_scratch_get();
-	struct bpf_fib_lookup *fib;
-	__u32 in_ip, now;
-	__u16 in_port;
-	struct nx_config *cfg;
-	struct nx_pkt p = {};
-	__u32 pool_idx, dst;
-	int rc;
-
-	nx_count(NX_STAT_RX_OUTSIDE);
-	if (!nx_for_us(ctx))
-		return nx_pass(NX_STAT_PASS_OTHER_HOST);
-	rc = nx_parse_l3(ctx, &p);
-	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
-		return nx_parse_verdict(rc);
-	cfg = nx_config();
-	if (!cfg || !scr)
-		return nx_drop(NX_DROP_INTERNAL);
-	/* Not for the pool: the gateway's own traffic, or routing that is not NAT. */
-	dst = p.ip->daddr;
-	if (!nx_pool_index(cfg, dst, &pool_idx))
-		return nx_pass(NX_STAT_PASS_LOCAL);
-	if (p.ip->ttl <= 1)
-		return nx_pass(NX_STAT_PASS_TTL);
-	fib = &scr->fib;
-	if (rc == NX_PARSE_FRAGMENT) {
-		rc = nx_frag_in(ctx, &p, nx_now_tick(cfg));
-		if (rc >= 0)
-			return nx_drop(
-			    rc); /* a reason, or fragments_held: its copy is the daemon's */
-		return nx_finish(ctx, &p, fib);
-	}
-	rc = nx_parse_l4(&p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
-		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
-			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
-		rc = nx_icmp_error_in(ctx);
-		if (rc >= 0)
-			return nx_drop(rc);
-		return nx_forward_ctx(ctx);
-	}
-
-	now = nx_now_tick(cfg);
-	rc = nx_xlate_in_lookup(cfg, &p, pool_idx, now, &in_ip, &in_port);
-	if (rc >= 0)
-		return nx_drop(rc);
-	if (p.frag)
-		nx_frag_record(cfg, &p, in_ip, now);
-	/* Route on the inside address before rewriting: a packet too big for the inside link
-	 * with DF set must be answered "fragmentation needed" quoting it as the sender sent it
-	 * (RFC 4787 REQ-13), from the pool address it was sent to. */
-	nx_fib_params(ctx, p.ip, fib);
-	fib->ipv4_dst = in_ip;
-	rc = nx_fib_lookup(ctx, fib);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
-		rc = nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),
-				  fib->mtu_result, dst);
-		if (rc < 0)
-			return nx_drop(NX_DROP_MTU_EXCEEDED);
-		nx_count(NX_DROP_MTU_EXCEEDED);
-		return nx_icmp_sent(rc);
-	}
-	nx_rewrite(&p, NX_DIR_IN, in_ip, in_port);
-	nx_count(NX_STAT_XLATE_IN);
-	switch (rc) {
-	case BPF_FIB_LKUP_RET_SUCCESS:
-		return nx_redirect(&p, fib);
-	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return nx_pass(NX_STAT_PASS_NO_NEIGH);
-	default:
-		/* translated already: the kernel fragments (DF clear), or answers for the route */
-		return nx_pass(NX_STAT_PASS_FIB_OTHER);
-	}
 }
 
 #endif /* NX_NAT_H */

@@ -101,7 +101,7 @@ static __always_inline void nx_sess_touch(struct nx_config *cfg, struct nx_sess 
 static __always_inline int nx_map_ref(struct nx_map *m)
 {
 	if (m->flags & NX_MF_DET)
-		return nx_det_ref(m->pad, nx_det_key(m));
+		return nx_port_ref(m->pad, nx_det_key(m));
 #pragma unroll
 	for (int t = 0; t < 4; t++) {
 		__u32 old = *(volatile __u32 *)&m->nsess;
@@ -177,36 +177,6 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 	}
 	*reason = NX_DROP_INTERNAL;
 	return nx_sess_at((__u32)r);
-}
-
-/* The inside endpoint an outside endpoint's port word names: its state (NX_PORT_USED or
- * NX_PORT_STATIC), or 0 when it names none. */
-static __always_inline int nx_port_owner(__u32 addr_idx, __u8 proto, __be16 out_port,
-					 struct nx_map_key *mk)
-{
-	__u32 idx = nx_port_index(addr_idx, nx_proto_idx(proto), bpf_ntohs(out_port));
-	__u64 *pw, w;
-
-	pw = bpf_map_lookup_elem(&nx_ports, &idx);
-	if (!pw)
-		return 0;
-	w = *pw;
-	if (NX_PORT_STATE(w) != NX_PORT_USED && NX_PORT_STATE(w) != NX_PORT_STATIC)
-		return 0;
-	mk->in_ip = NX_PORT_WORD_IP(w);
-	mk->in_port = bpf_htons(NX_PORT_WORD_PORT(w));
-	mk->proto = proto;
-	mk->pad = 0;
-	return (int)NX_PORT_STATE(w);
-}
-
-/* The state of an outside endpoint's port word. */
-static __always_inline __u64 nx_word_state(__u32 addr_idx, __u8 proto, __be16 out_port)
-{
-	__u32 idx = nx_port_index(addr_idx, nx_proto_idx(proto), bpf_ntohs(out_port));
-	__u64 *pw = bpf_map_lookup_elem(&nx_ports, &idx);
-
-	return pw ? NX_PORT_STATE(*(volatile __u64 *)pw) : 0;
 }
 
 /* The mapping whose port word, in state st (nx_port_owner), names inside endpoint mk at

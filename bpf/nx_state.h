@@ -228,9 +228,24 @@ struct {
 	__uint(map_flags, BPF_F_MMAPABLE);
 } nx_fibc_gen SEC(".maps");
 
-/* Per-CPU scratch space for structures too large for the 512-byte BPF stack. */
+/* What the fast path (nx_fast.h) learnt of a packet it hands to the slow path (nx_slow.h),
+ * which goes on from there: the slow path parses the frame again (the verifier knows no
+ * packet pointer across a tail call), but never routes it again. */
+struct nx_stage {
+	__u32 pool_idx; /* the destination's pool index: inside, hairpinning; outside, always */
+	__s32 fib_rc;	/* inside: the FIB's answer for the packet as it is (fib holds it) */
+	__u8 too_big;	/* inside: too big for the next hop without DF: the kernel fragments */
+	__u8 hairpin;	/* inside: the destination is a pool address */
+	__u8 mtu;	/* outside: translated, too big for the inside link with DF: answer it */
+	__u8 pad;
+};
+
+/* Per-CPU scratch space for structures too large for the 512-byte BPF stack, and what one
+ * program of a packet's passes to the next by tail call (an XDP program runs to its end
+ * on one CPU, tail calls included). */
 struct nx_scratch {
 	struct bpf_fib_lookup fib;
+	struct nx_stage stage;
 	/* a mapping that is a port word (deterministic mode, a home walk's in dynamic mode)
 	 * seen as a mapping (nx_det_fill) */
 	struct nx_map dmap;
@@ -242,6 +257,31 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nx_scratch);
 } nx_scratch SEC(".maps");
+
+/* The slow-path programs, reached by tail call from the fast path (nx_fast.h). Not pinned:
+ * each load of natrix has its own, pinned by the daemon beside the links as nx_progs
+ * (a program array loses its entries when no file or descriptor holds it any more). */
+enum nx_prog {
+	NX_PROG_INSIDE_SLOW = 0,
+	NX_PROG_OUTSIDE_SLOW,
+	NX_PROG_COUNT,
+};
+
+int nx_xdp_inside_slow(struct xdp_md *ctx);
+int nx_xdp_outside_slow(struct xdp_md *ctx);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, NX_PROG_COUNT);
+	__uint(key_size, sizeof(__u32));
+	__array(values, int(struct xdp_md *));
+} nx_progs SEC(".maps") = {
+    .values =
+	{
+	    [NX_PROG_INSIDE_SLOW] = (void *)&nx_xdp_inside_slow,
+	    [NX_PROG_OUTSIDE_SLOW] = (void *)&nx_xdp_outside_slow,
+	},
+};
 
 static __always_inline struct nx_config *nx_config(void)
 {

@@ -859,6 +859,7 @@ impl Dataplane {
             }
             return res;
         }
+        self.pin_progs(dir)?;
         // Interfaces dropped from the config: detached, like forwards no longer configured.
         let configured: std::collections::HashSet<PathBuf> =
             ifaces.iter().map(|i| link_path(dir, &i.name)).collect();
@@ -877,6 +878,38 @@ impl Dataplane {
         Ok(())
     }
 }
+
+impl Dataplane {
+    /// Pins this load's program array (`nx_progs`, the slow path's programs the fast path
+    /// tail-calls), replacing the previous load's: the kernel empties a program array when
+    /// no file or descriptor holds it any more, and the fast path attached to the links
+    /// must reach its slow path while no daemon runs. Called once the links run this
+    /// load's programs, so the previous array is no longer used when its pin goes.
+    fn pin_progs(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(PROGS_PIN);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(DataplaneError::Io { what: format!("removing {}", path.display()), source })
+            }
+        }
+        let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
+        let fd = self.skel.maps.nx_progs.as_fd().as_raw_fd();
+        // SAFETY: a valid map descriptor the skeleton owns and a NUL-terminated path.
+        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd, cpath.as_ptr()) };
+        if rc != 0 {
+            return Err(DataplaneError::Io {
+                what: format!("pinning the slow path's program array at {}", path.display()),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The pin of the program array the fast path tail-calls (`nx_progs`), beside the links.
+pub const PROGS_PIN: &str = "nx_progs";
 
 fn link_path(dir: &Path, ifname: &str) -> PathBuf {
     dir.join(format!("link_{ifname}"))

@@ -557,6 +557,7 @@ fn architecture_maps_table_is_the_objects() {
             MapType::LpmTrie => doc_ty.starts_with("LPM trie"),
             MapType::DevmapHash => doc_ty.starts_with("devmap hash"),
             MapType::RingBuf => doc_ty.starts_with("ring buffer"),
+            MapType::ProgArray => doc_ty.starts_with("program array"),
             _ => false,
         };
         if !ty_ok {

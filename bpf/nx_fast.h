@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* The fast path: the programs every packet enters (nx_xdp_inside, nx_xdp_outside). They
+ * classify and route the packet and translate an established flow, whose session says
+ * everything: one lookup, the rewrite, the FIB (cached), the redirect. Whatever needs more
+ * (a new mapping or session, an ICMP error, a fragment, an ICMP error natrix owes a sender,
+ * hairpinning) goes on by tail call to the slow path (nx_slow.h), with what was learnt here
+ * in the per-CPU scratch (struct nx_stage). Each program has its own 512-byte stack and
+ * its own verifier budget: the fast path stays small, the slow path need not be. */
+#ifndef NX_FAST_H
+#define NX_FAST_H
+
+#include "nx_nat.h"
+
+/* On to the slow path: a tail call does not return. If it cannot be made (the program
+ * array is empty: nothing pins it), the packet is dropped as internal. */
+static __always_inline nx_verdict nx_to_slow(struct xdp_md *ctx, __u32 prog)
+{
+	bpf_tail_call(ctx, &nx_progs, prog);
+	return nx_drop(NX_DROP_INTERNAL);
+}
+
+/* Ingress on an inside interface: routed here; translated here when established, else in
+ * nx_slow_inside. */
+static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
+{
+	struct nx_scratch *scr = nx_scratch_get();
+	struct nx_sess_key sk = {};
+	struct bpf_fib_lookup *fib;
+	struct nx_config *cfg;
+	struct nx_stage *st;
+	struct nx_pkt p = {};
+	struct nx_sess *s;
+	__u32 pool_idx = 0;
+	int rc, fib_rc = 0, too_big = 0, hairpin;
+	__u32 dst;
+
+	nx_count(NX_STAT_RX_INSIDE);
+	if (!nx_for_us(ctx))
+		return nx_pass(NX_STAT_PASS_OTHER_HOST);
+	rc = nx_parse_l3(ctx, &p);
+	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
+		return nx_parse_verdict(rc);
+	cfg = nx_config();
+	if (!cfg || !scr)
+		return nx_drop(NX_DROP_INTERNAL);
+	fib = &scr->fib;
+
+	/* The key is copied to the stack: clang 14 mis-spills a packet pointer used as a map
+	 * key. */
+	dst = p.ip->daddr;
+	/* Excluded destinations (RFC 6888 REQ-6) are routed as they are. The flag spares
+	 * every packet a trie lookup when there are none. */
+	if (cfg->flags & NX_CF_EXCLUSIONS) {
+		struct nx_lpm_key ek = {.prefixlen = 32, .addr = dst};
+
+		if (bpf_map_lookup_elem(&nx_excl, &ek)) {
+			if (!nx_is_subscriber(p.ip->saddr))
+				return nx_drop(NX_DROP_NOT_SUBSCRIBER);
+			if (p.ip->ttl <= 1 || nx_fib(ctx, p.ip, fib) != BPF_FIB_LKUP_RET_SUCCESS)
+				return nx_pass(NX_STAT_PASS_EXCLUDED);
+			nx_count(NX_STAT_PASS_EXCLUDED);
+			return nx_redirect(&p, fib);
+		}
+	}
+	/* To a pool address: hairpinning, translated both ways without leaving the box. */
+	hairpin = nx_pool_index(cfg, dst, &pool_idx);
+	if (!hairpin) {
+		fib_rc = nx_fib(ctx, p.ip, fib);
+		if (fib_rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+			/* Too big for the next hop. With DF the kernel must answer "fragmentation
+			 * needed" to the subscriber: give it the untranslated packet. Without DF we
+			 * translate and let the kernel fragment. Look up again without the length
+			 * check to learn the egress interface. */
+			if (p.ip->frag_off & NX_IP_DF)
+				return nx_pass(NX_STAT_PASS_FIB_OTHER);
+			fib->tot_len = 0;
+			fib->ifindex = ctx->ingress_ifindex;
+			if (bpf_fib_lookup(ctx, fib, sizeof(*fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+				return nx_pass(NX_STAT_PASS_FIB_OTHER);
+			too_big = 1; /* translated below, then the kernel fragments it */
+			fib_rc = BPF_FIB_LKUP_RET_SUCCESS;
+		}
+		if (fib_rc != BPF_FIB_LKUP_RET_SUCCESS && fib_rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+			return nx_pass(fib_rc == BPF_FIB_LKUP_RET_NOT_FWDED
+					   ? NX_STAT_PASS_LOCAL
+					   : NX_STAT_PASS_FIB_OTHER);
+		/* Only traffic leaving through an outside interface is translated. */
+		if (nx_iface_role(fib->ifindex) != NX_ROLE_OUTSIDE)
+			return nx_pass(NX_STAT_PASS_LOCAL);
+	} else if (!(cfg->flags & NX_CF_HAIRPIN)) {
+		return nx_drop(NX_DROP_HAIRPIN_DISABLED);
+	}
+	if (p.ip->ttl <= 1)
+		return nx_pass(NX_STAT_PASS_TTL);
+	st = &scr->stage;
+	st->pool_idx = pool_idx;
+	st->fib_rc = fib_rc;
+	st->too_big = too_big;
+	st->hairpin = hairpin;
+	if (p.frag || hairpin)
+		return nx_to_slow(ctx, NX_PROG_INSIDE_SLOW);
+	rc = nx_parse_l4(&p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
+		return nx_to_slow(ctx, NX_PROG_INSIDE_SLOW);
+
+	/* An established flow: its session holds the outside endpoint, one lookup. */
+	sk.in_ip = p.ip->saddr;
+	sk.rem_ip = p.ip->daddr;
+	sk.in_port = *p.sport;
+	sk.rem_port = p.dport ? *p.dport : 0;
+	sk.proto = p.proto;
+	s = nx_sess_lookup_fast(cfg, &sk);
+	if (!s || (s->flags & NX_SF_PERMIT) || !s->out_ip)
+		return nx_to_slow(ctx, NX_PROG_INSIDE_SLOW);
+	nx_sess_touch(cfg, s, p.proto, p.tcp_flags, NX_DIR_OUT, nx_now_tick(cfg));
+	if (cfg->filtering == NX_FILTER_ADF && p.proto != IPPROTO_ICMP)
+		nx_permit_address(&sk, s->expire);
+	nx_rewrite(&p, NX_DIR_OUT, s->out_ip, s->out_port);
+	nx_count(NX_STAT_XLATE_OUT);
+	return nx_out_finish(&p, fib, fib_rc, too_big);
+}
+
+/* Ingress on an outside interface: translated here when established, else in
+ * nx_slow_outside. */
+static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
+{
+	struct nx_scratch *scr = nx_scratch_get();
+	struct nx_sess_key sk = {};
+	struct bpf_fib_lookup *fib;
+	struct nx_config *cfg;
+	struct nx_map_key mk;
+	struct nx_pkt p = {};
+	struct nx_sess *s;
+	__u32 pool_idx, dst, now;
+	__be16 out_port;
+	int rc, owner;
+
+	nx_count(NX_STAT_RX_OUTSIDE);
+	if (!nx_for_us(ctx))
+		return nx_pass(NX_STAT_PASS_OTHER_HOST);
+	rc = nx_parse_l3(ctx, &p);
+	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
+		return nx_parse_verdict(rc);
+	cfg = nx_config();
+	if (!cfg || !scr)
+		return nx_drop(NX_DROP_INTERNAL);
+	/* Not for the pool: the gateway's own traffic, or routing that is not NAT. */
+	dst = p.ip->daddr;
+	if (!nx_pool_index(cfg, dst, &pool_idx))
+		return nx_pass(NX_STAT_PASS_LOCAL);
+	if (p.ip->ttl <= 1)
+		return nx_pass(NX_STAT_PASS_TTL);
+	scr->stage.pool_idx = pool_idx;
+	scr->stage.mtu = 0;
+	if (p.frag)
+		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+	rc = nx_parse_l4(&p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
+		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+
+	/* The outside port's word names the inside endpoint; an established flow's session,
+	 * agreeing with it, is enough. */
+	out_port = p.proto == IPPROTO_ICMP ? *p.sport : *p.dport;
+	owner = nx_port_owner(pool_idx, p.proto, out_port, &mk);
+	if (!owner)
+		return nx_drop(NX_DROP_NO_MAPPING);
+	sk.in_ip = mk.in_ip;
+	sk.rem_ip = p.ip->saddr;
+	sk.in_port = mk.in_port;
+	sk.rem_port = p.proto == IPPROTO_ICMP ? 0 : *p.sport;
+	sk.proto = p.proto;
+	s = nx_sess_lookup_fast(cfg, &sk);
+	if (!s || (s->flags & NX_SF_PERMIT) || s->out_port != out_port || s->out_ip != dst)
+		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+	now = nx_now_tick(cfg);
+	nx_sess_touch(cfg, s, p.proto, p.tcp_flags, NX_DIR_IN, now);
+	/* Route on the inside address before rewriting: a packet too big for the inside link
+	 * with DF set must be answered "fragmentation needed" quoting it as the sender sent it
+	 * (RFC 4787 REQ-13), from the pool address it was sent to: the slow path's. */
+	fib = &scr->fib;
+	nx_fib_params(ctx, p.ip, fib);
+	fib->ipv4_dst = mk.in_ip;
+	rc = nx_fib_lookup(ctx, fib);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
+		scr->stage.mtu = 1;
+		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+	}
+	nx_rewrite(&p, NX_DIR_IN, mk.in_ip, mk.in_port);
+	nx_count(NX_STAT_XLATE_IN);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		return nx_redirect(&p, fib);
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return nx_pass(NX_STAT_PASS_NO_NEIGH);
+	default:
+		/* translated already: the kernel fragments (DF clear), or answers for the route */
+		return nx_pass(NX_STAT_PASS_FIB_OTHER);
+	}
+}
+
+#endif /* NX_FAST_H */

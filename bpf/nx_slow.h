@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/* The slow path: the programs the fast path (nx_fast.h) hands a packet to by tail call
+ * (nx_xdp_inside_slow, nx_xdp_outside_slow) when an established flow's session is not
+ * enough: new mappings and sessions (and the ICMP error that refuses one), ICMP errors to
+ * translate, fragments, hairpinning, the "fragmentation needed" natrix owes a sender. The
+ * fast path routed the packet already (struct nx_stage, the FIB's answer in the scratch);
+ * the frame is parsed again, as the fast path left it. */
+#ifndef NX_SLOW_H
+#define NX_SLOW_H
+
+#include "nx_nat.h"
+
+/* Forward whatever is at ctx now (after an ICMP error was translated in place). */
+static __always_inline nx_verdict nx_forward_ctx(struct xdp_md *ctx, struct nx_scratch *scr)
+{
+	struct nx_pkt p = {};
+
+	if (nx_parse_eth(ctx, &p) != NX_PARSE_OK || nx_parse_ip(&p) != NX_PARSE_OK)
+		return nx_drop(NX_DROP_INTERNAL);
+	return nx_finish(ctx, &p, &scr->fib);
+}
+
+/* An ICMP error from a subscriber: translated outbound; if it is addressed to a pool
+ * address (an error about a hairpinned packet, RFC 5508 REQ-7), translated inbound too. */
+static __always_inline nx_verdict nx_error_out(struct xdp_md *ctx, struct nx_scratch *scr,
+					       int hairpin)
+{
+	int rc = nx_icmp_error_out(ctx);
+
+	if (rc < 0)
+		return nx_drop(-rc);
+	if (hairpin) {
+		rc = nx_icmp_error_in(ctx);
+		if (rc < 0)
+			return nx_drop(-rc);
+	}
+	return nx_forward_ctx(ctx, scr);
+}
+
+/* Inside, what the fast path did not finish. */
+static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx)
+{
+	struct nx_scratch *scr = nx_scratch_get();
+	struct nx_config *cfg = nx_config();
+	struct nx_stage *st;
+	struct nx_pkt p = {};
+	int rc;
+	__u32 now;
+
+	if (!cfg || !scr)
+		return nx_drop(NX_DROP_INTERNAL);
+	st = &scr->stage;
+	rc = nx_parse_l3(ctx, &p);
+	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
+		return nx_drop(NX_DROP_INTERNAL); /* the fast path parsed this frame */
+	if (p.frag && st->hairpin)
+		return nx_drop(NX_DROP_FRAGMENT); /* hairpinned fragments: not supported */
+	if (p.frag == 2) {
+		/* a later fragment: no transport header, only the source to rewrite */
+		if (!nx_is_subscriber(p.ip->saddr))
+			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
+		rc = nx_frag_out(&p);
+		if (rc < 0)
+			return nx_drop(-rc);
+		return nx_out_finish(&p, &scr->fib, st->fib_rc, st->too_big);
+	}
+	rc = nx_parse_l4(&p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
+		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
+			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+		if (!nx_is_subscriber(p.ip->saddr))
+			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
+		return nx_error_out(ctx, scr, st->hairpin);
+	}
+
+	now = nx_now_tick(cfg);
+	rc = nx_xlate_out(cfg, &p, now);
+	if (rc < 0)
+		return nx_refuse(ctx, -rc);
+	if (st->hairpin) {
+		rc = nx_xlate_in(cfg, &p, st->pool_idx, now);
+		if (rc < 0)
+			return nx_drop(-rc);
+		return nx_finish(ctx, &p, &scr->fib);
+	}
+	return nx_out_finish(&p, &scr->fib, st->fib_rc, st->too_big);
+}
+
+/* Outside, what the fast path did not finish. */
+static __always_inline nx_verdict nx_slow_outside(struct xdp_md *ctx)
+{
+	struct nx_scratch *scr = nx_scratch_get();
+	struct nx_config *cfg = nx_config();
+	struct bpf_fib_lookup *fib;
+	__u32 in_ip, now, pool_idx;
+	__u16 in_port;
+	struct nx_pkt p = {};
+	int rc;
+
+	if (!cfg || !scr)
+		return nx_drop(NX_DROP_INTERNAL);
+	fib = &scr->fib;
+	pool_idx = scr->stage.pool_idx;
+	rc = nx_parse_l3(ctx, &p);
+	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
+		return nx_drop(NX_DROP_INTERNAL); /* the fast path parsed this frame */
+	/* An established flow's packet too big for the inside link with DF (the fast path
+	 * routed it): "fragmentation needed", from the pool address it was sent to. */
+	if (scr->stage.mtu)
+		return nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),
+				    fib->mtu_result, p.ip->daddr, NX_DROP_MTU_EXCEEDED);
+	if (rc == NX_PARSE_FRAGMENT) {
+		rc = nx_frag_in(ctx, &p, nx_now_tick(cfg));
+		if (rc < 0)
+			return nx_drop(
+			    -rc); /* a reason, or fragments_held: its copy is the daemon's */
+		return nx_finish(ctx, &p, fib);
+	}
+	rc = nx_parse_l4(&p);
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
+		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
+			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+		rc = nx_icmp_error_in(ctx);
+		if (rc < 0)
+			return nx_drop(-rc);
+		return nx_forward_ctx(ctx, scr);
+	}
+
+	now = nx_now_tick(cfg);
+	rc = nx_xlate_in_lookup(cfg, &p, pool_idx, now, &in_ip, &in_port);
+	if (rc < 0)
+		return nx_drop(-rc);
+	if (p.frag)
+		nx_frag_record(cfg, &p, in_ip, now);
+	/* Route on the inside address before rewriting: a packet too big for the inside link
+	 * with DF set must be answered "fragmentation needed" quoting it as the sender sent it
+	 * (RFC 4787 REQ-13), from the pool address it was sent to. */
+	nx_fib_params(ctx, p.ip, fib);
+	fib->ipv4_dst = in_ip;
+	rc = nx_fib_lookup(ctx, fib);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF))
+		return nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),
+				    fib->mtu_result, p.ip->daddr, NX_DROP_MTU_EXCEEDED);
+	nx_rewrite(&p, NX_DIR_IN, in_ip, in_port);
+	nx_count(NX_STAT_XLATE_IN);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		return nx_redirect(&p, fib);
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return nx_pass(NX_STAT_PASS_NO_NEIGH);
+	default:
+		/* translated already: the kernel fragments (DF clear), or answers for the route */
+		return nx_pass(NX_STAT_PASS_FIB_OTHER);
+	}
+}
+
+#endif /* NX_SLOW_H */
