@@ -19,17 +19,17 @@ use tracing::{info, warn};
 
 use crate::abi::{
     port_tag, BLOCK_USED_ONE, CF_EXCLUSIONS, CF_HAIRPIN, CF_PORT_CLASS, CF_PORT_PARITY, CF_STATICS,
-    CF_SUBNET_TRIE, CTL_STATIC_ADD, CTL_STATIC_DEL, FILTER_ADF, FILTER_APDF, FILTER_EIF, IFROLE_DIRECT,
-    MF_STATIC, NPROTO, POOL_RUNS, PORTS_PER_ADDR, PORT_HELD, PORT_IP_SHIFT, PORT_STATE_SHIFT, PORT_STATIC,
-    ROLE_INSIDE, ROLE_OUTSIDE, SUBNETS, TICK_SHIFT,
+    CF_SUBNET_TRIE, FILTER_ADF, FILTER_APDF, FILTER_EIF, IFROLE_DIRECT, MF_STATIC, NPROTO, POOL_RUNS,
+    PORTS_PER_ADDR, PORT_HELD, PORT_IP_SHIFT, PORT_STATE_SHIFT, PORT_STATIC, ROLE_INSIDE, ROLE_OUTSIDE,
+    SUBNETS, TICK_SHIFT,
 };
 use crate::config::{Config, Filtering, XdpMode};
+use crate::expiry::CtlBatch;
 use crate::skel::types::{
-    nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_reap_args, nx_static_map,
-    nx_subnet,
+    nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_static_map, nx_subnet,
 };
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
-use crate::tables::{bytes_of, read_pod, MmapWords, Tables, MAP_NAMES};
+use crate::tables::{MmapWords, Tables, MAP_NAMES};
 
 /// Values of `enum nx_iface_role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -639,7 +639,7 @@ impl Dataplane {
             .nx_clock
             .test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })
             .map_err(bpf("running nx_clock"))?;
-        let c: nx_clock = read_pod(&ctx);
+        let c: nx_clock = bytemuck::pod_read_unaligned(&ctx);
         Ok(crate::clock::Sample { jiffies: c.jiffies, mono_ns: c.mono_ns })
     }
 
@@ -649,14 +649,15 @@ impl Dataplane {
         let m = &self.skel.maps.nx_excl;
         for net in &cfg.exclude {
             let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
-            m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
+            m.update(bytemuck::bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
         }
         // nat.subscribers beyond what nx_config holds (NX_CF_SUBNET_TRIE)
         if cfg.nat.deterministic.is_none() && cfg.nat.subscribers.len() > SUBNETS {
             let m = &self.skel.maps.nx_subnets;
             for net in &cfg.nat.subscribers {
                 let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
-                m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_subnets"))?;
+                m.update(bytemuck::bytes_of(&key), &[1u8], MapFlags::ANY)
+                    .map_err(bpf("filling nx_subnets"))?;
             }
         }
         Ok(())
@@ -677,7 +678,7 @@ impl Dataplane {
             let Some(addr_idx) = pool.iter().position(|a| a == f.outside.ip()) else { continue };
             let (in_ip, in_port) = (ip_be(*f.inside.ip()), f.inside.port());
             let key = nx_map_key { in_ip, in_port: in_port.to_be(), proto: f.proto, pad: 0 };
-            wanted.insert(crate::tables::bytes_of(&key).to_vec());
+            wanted.insert(bytemuck::bytes_of(&key).to_vec());
             let idx = crate::tables::port_index(addr_idx as u32, f.proto, f.outside.port());
             let word = port_tag(PORT_STATIC) | ((in_ip as u64) << PORT_IP_SHIFT) | in_port as u64;
             let cur = t.port_word(addr_idx as u32, f.proto, f.outside.port())?;
@@ -688,18 +689,14 @@ impl Dataplane {
                 continue;
             }
             if !ours {
-                let mut a = nx_reap_args { op: CTL_STATIC_ADD, n: 1, ..Default::default() };
-                // SAFETY: writing the union member the op names.
-                unsafe {
-                    a.__anon_nx_reap_args_1.statics[0] = nx_static_map {
-                        key,
-                        out_ip: ip_be(*f.outside.ip()),
-                        out_port: f.outside.port().to_be(),
-                        pad: 0,
-                    }
-                };
+                let mut a = CtlBatch::static_add(&nx_static_map {
+                    key,
+                    out_ip: ip_be(*f.outside.ip()),
+                    out_port: f.outside.port().to_be(),
+                    pad: 0,
+                });
                 self.ctl(&mut a)?;
-                if a.deleted != 1 {
+                if a.deleted() != 1 {
                     return Err(DataplaneError::Bpf {
                         what: "adding a static forward: the mapping table refused it (full?)".into(),
                         source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(libc::ENOSPC)),
@@ -715,13 +712,10 @@ impl Dataplane {
         // forwards that are no longer configured
         let now_s = (crate::tables::now_ns() / 1_000_000_000) as u32;
         for (k, m) in t.mappings()? {
-            if m.flags & MF_STATIC == 0 || wanted.contains(bytes_of(&k)) {
+            if m.flags & MF_STATIC == 0 || wanted.contains(bytemuck::bytes_of(&k)) {
                 continue;
             }
-            let mut a = nx_reap_args { op: CTL_STATIC_DEL, n: 1, ..Default::default() };
-            // SAFETY: writing the union member the op names.
-            unsafe { a.__anon_nx_reap_args_1.maps[0] = k };
-            self.ctl(&mut a)?;
+            self.ctl(&mut CtlBatch::static_del(&k))?;
             if let Some(addr_idx) = pool.iter().position(|a| ip_be(*a) == m.out_ip) {
                 let idx = crate::tables::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
                 self.hold_static_port(idx, addr_idx as u32, u16::from_be(m.out_port), now_s)?;
@@ -769,7 +763,7 @@ impl Dataplane {
 
     /// Runs one batch of the control program (nx_ctl: expiry, static mappings): table
     /// writes go through the data plane's own insert and delete code.
-    fn ctl(&self, a: &mut nx_reap_args) -> Result<()> {
+    fn ctl(&self, a: &mut CtlBatch) -> Result<()> {
         let buf = libbpf_rs::MapHandle::try_from(&self.skel.maps.nx_reap_buf).map_err(bpf("nx_reap_buf"))?;
         crate::expiry::Reaper { prog: &self.skel.progs.nx_ctl, buf: &buf }
             .reap(a)
@@ -793,13 +787,13 @@ impl Dataplane {
                 *slot = mac_word(*m);
             }
             v.nmacs = i.macs.len().min(v.macs.len()) as u32;
-            t.ifaces.update(&k, bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
+            t.ifaces.update(&k, bytemuck::bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
             if i.ifindex < IFROLE_DIRECT {
                 // NX_IFROLE_DIRECT: this instance's own array, read per packet
                 self.skel
                     .maps
                     .nx_ifrole
-                    .update(&k, bytes_of(&v), MapFlags::ANY)
+                    .update(&k, bytemuck::bytes_of(&v), MapFlags::ANY)
                     .map_err(bpf("filling nx_ifrole"))?;
             }
             t.tx.update(&k, &k, MapFlags::ANY)

@@ -13,20 +13,23 @@
 //!    next new subscriber goes when its home block (bpf/nx_alloc.h) is taken (the "which
 //!    block" decision for those stays on the CPU side).
 
+use std::mem::offset_of;
 use std::sync::atomic::Ordering;
+
+use bytemuck::Pod;
 
 use libbpf_rs::{MapCore, ProgramInput};
 use tracing::debug;
 
 use crate::abi::{
-    port_tag, BLOCK_USED_ONE, MF_STATIC, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT,
-    PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS, REAP_SESSIONS, REAP_SUBS,
+    port_tag, BLOCK_USED_ONE, CTL_STATIC_ADD, CTL_STATIC_DEL, MF_STATIC, PORT_HELD, PORT_NSESS_MAX,
+    PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS, REAP_SESSIONS,
+    REAP_SUBS,
 };
-use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
+use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key, nx_static_map};
 use crate::tables::{
-    block_nsess, block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start,
-    is_home_word, now_ns, now_tick, port_index_parts, port_word_ip, read_pod, walk_home, MmapWords,
-    TableError, Tables,
+    block_nsess, block_of, block_used, det_first, det_start, det_word_needed, home_start, is_home_word,
+    now_ns, now_tick, port_index_parts, port_word_ip, walk_home, MmapWords, TableError, Tables,
 };
 
 /// What one sweep did.
@@ -39,6 +42,73 @@ pub struct SweepReport {
     pub subscribers_removed: u32,
 }
 
+/// One batch for the control program `nx_ctl` (struct nx_reap_args), held as its bytes.
+/// The struct's entries are a union of arrays of different sizes, which is no plain old
+/// data (the bytes beyond the member written are not known to be initialized), so the
+/// batch is written and read at the generated struct's field offsets instead: each entry
+/// array is the union member its operation names, and nothing here is unsafe.
+pub struct CtlBatch {
+    b: Vec<u8>,
+}
+
+impl CtlBatch {
+    fn new<T: Pod>(op: u32, now_s: u32, entries: &[T]) -> Self {
+        assert!(entries.len() <= BATCH, "{} entries, a batch holds {BATCH}", entries.len());
+        let mut c = CtlBatch { b: vec![0u8; std::mem::size_of::<nx_reap_args>()] };
+        c.put(offset_of!(nx_reap_args, op), op);
+        c.put(offset_of!(nx_reap_args, n), entries.len() as u32);
+        c.put(offset_of!(nx_reap_args, now_s), now_s);
+        let e: &[u8] = bytemuck::cast_slice(entries);
+        let at = offset_of!(nx_reap_args, __anon_nx_reap_args_1);
+        c.b[at..at + e.len()].copy_from_slice(e);
+        c
+    }
+
+    /// Expired sessions to delete (NX_REAP_SESSIONS), checked again against the clock.
+    pub fn sessions(now_s: u32, keys: &[nx_sess_key]) -> Self {
+        Self::new(REAP_SESSIONS, now_s, keys)
+    }
+
+    /// Table mappings without sessions whose timer ran out (NX_REAP_MAPPINGS).
+    pub fn mappings(now_s: u32, keys: &[nx_map_key]) -> Self {
+        Self::new(REAP_MAPPINGS, now_s, keys)
+    }
+
+    /// Subscribers (inside addresses as the data plane stores them) holding no block any
+    /// more (NX_REAP_SUBS).
+    pub fn subscribers(now_s: u32, ips: &[u32]) -> Self {
+        Self::new(REAP_SUBS, now_s, ips)
+    }
+
+    /// One static forward's mapping to insert (NX_CTL_STATIC_ADD).
+    pub fn static_add(m: &nx_static_map) -> Self {
+        Self::new(CTL_STATIC_ADD, 0, std::slice::from_ref(m))
+    }
+
+    /// One static forward's mapping to delete (NX_CTL_STATIC_DEL).
+    pub fn static_del(k: &nx_map_key) -> Self {
+        Self::new(CTL_STATIC_DEL, 0, std::slice::from_ref(k))
+    }
+
+    /// Entries the control program deleted (or inserted: NX_CTL_STATIC_ADD).
+    pub fn deleted(&self) -> u32 {
+        self.get(offset_of!(nx_reap_args, deleted))
+    }
+
+    /// Mappings deleted with their last session.
+    pub fn maps_deleted(&self) -> u32 {
+        self.get(offset_of!(nx_reap_args, maps_deleted))
+    }
+
+    fn put(&mut self, at: usize, v: u32) {
+        self.b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    fn get(&self, at: usize) -> u32 {
+        bytemuck::pod_read_unaligned(&self.b[at..at + 4])
+    }
+}
+
 /// The reaper: the control program `nx_ctl` and its batch buffer.
 pub struct Reaper<'a> {
     pub prog: &'a libbpf_rs::ProgramMut<'a>,
@@ -46,15 +116,16 @@ pub struct Reaper<'a> {
 }
 
 impl Reaper<'_> {
-    /// Runs one batch: writes it to nx_reap_buf, runs nx_reap (BPF_PROG_RUN), reads the
-    /// counts back into `args`.
-    pub fn reap(&self, args: &mut nx_reap_args) -> Result<(), libbpf_rs::Error> {
+    /// Runs one batch: writes it to nx_reap_buf, runs nx_ctl (BPF_PROG_RUN), reads the
+    /// counts back into `batch`.
+    pub fn reap(&self, batch: &mut CtlBatch) -> Result<(), libbpf_rs::Error> {
         let zero = 0u32.to_ne_bytes();
-        self.buf.update(&zero, bytes_of(args), libbpf_rs::MapFlags::ANY)?;
+        self.buf.update(&zero, &batch.b, libbpf_rs::MapFlags::ANY)?;
         let mut ctx = [0u8; 8];
         self.prog.test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })?;
         if let Some(v) = self.buf.lookup(&zero, libbpf_rs::MapFlags::ANY)? {
-            *args = read_pod(&v);
+            let n = batch.b.len();
+            batch.b.copy_from_slice(&v[..n]);
         }
         Ok(())
     }
@@ -98,13 +169,10 @@ impl Sweeper {
         let cands: Vec<nx_sess_key> =
             t.sessions()?.into_iter().filter(|(_, s)| expired(s.expire)).map(|(k, _)| k).collect();
         for chunk in cands.chunks(BATCH) {
-            let mut a =
-                nx_reap_args { op: REAP_SESSIONS, n: chunk.len() as u32, now_s, ..Default::default() };
-            // SAFETY: writing the union's session view; the op field says which view.
-            unsafe { a.__anon_nx_reap_args_1.sess[..chunk.len()].copy_from_slice(chunk) };
+            let mut a = CtlBatch::sessions(now_s, chunk);
             self.run(reaper, &mut a)?;
-            r.sessions_expired += a.deleted;
-            r.mappings_released += a.maps_deleted;
+            r.sessions_expired += a.deleted();
+            r.mappings_released += a.maps_deleted();
         }
 
         let cfg = t.config()?;
@@ -126,12 +194,9 @@ impl Sweeper {
             .map(|(k, _)| k)
             .collect();
         for chunk in cands.chunks(BATCH) {
-            let mut a =
-                nx_reap_args { op: REAP_MAPPINGS, n: chunk.len() as u32, now_s, ..Default::default() };
-            // SAFETY: as above, the mapping view.
-            unsafe { a.__anon_nx_reap_args_1.maps[..chunk.len()].copy_from_slice(chunk) };
+            let mut a = CtlBatch::mappings(now_s, chunk);
             self.run(reaper, &mut a)?;
-            r.mappings_released += a.maps_deleted;
+            r.mappings_released += a.maps_deleted();
         }
 
         // 3. hold-down over: free the port, then the block if it became empty. In a block
@@ -234,11 +299,9 @@ impl Sweeper {
             .map(|(ip, _)| ip)
             .collect();
         for chunk in gone.chunks(BATCH) {
-            let mut a = nx_reap_args { op: REAP_SUBS, n: chunk.len() as u32, now_s, ..Default::default() };
-            // SAFETY: the union's subscriber view, as op says.
-            unsafe { a.__anon_nx_reap_args_1.subs[..chunk.len()].copy_from_slice(chunk) };
+            let mut a = CtlBatch::subscribers(now_s, chunk);
             self.run(reaper, &mut a)?;
-            r.subscribers_removed += a.deleted;
+            r.subscribers_removed += a.deleted();
         }
 
         // 5. where the next subscriber whose home block is taken goes
@@ -310,7 +373,7 @@ impl Sweeper {
         self.idle_last = idle_now;
     }
 
-    fn run(&self, reaper: &Reaper<'_>, a: &mut nx_reap_args) -> Result<(), TableError> {
+    fn run(&self, reaper: &Reaper<'_>, a: &mut CtlBatch) -> Result<(), TableError> {
         reaper.reap(a).map_err(|source| TableError::Map { map: "nx_ctl", source })
     }
 }

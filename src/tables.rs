@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytemuck::Pod;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use thiserror::Error;
 
@@ -255,14 +256,6 @@ pub enum TableError {
 
 type Result<T> = std::result::Result<T, TableError>;
 
-/// The bytes of a plain C struct, to use as a map key or value.
-pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
-    // SAFETY: T is a #[repr(C)] plain-old-data type generated from BTF (Copy, no
-    // references); reading its bytes, padding included, is defined because every value we
-    // pass was created zeroed (Default) before its fields were set.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
-}
-
 /// What the contents of the tables this natrix writes mean (`nx_config.layout`). Raise it
 /// with every change to how a mapping is found or what a table entry or port word holds:
 /// a takeover across a change is then refused, in both directions, instead of reading
@@ -273,11 +266,10 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 /// 5: the daemon's fragment counters in nx_stats.
 pub const TABLE_LAYOUT: u32 = 5;
 
-/// A plain C struct read back from map bytes.
-pub fn read_pod<T: Copy + Default>(b: &[u8]) -> T {
-    assert!(b.len() >= std::mem::size_of::<T>(), "short map value");
-    // SAFETY: length checked; T is plain old data valid for any bit pattern.
-    unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) }
+/// A map value's leading `T` (a u32 or u64 counter, a struct), None when the value is
+/// shorter.
+pub fn value<T: Pod>(v: &[u8]) -> Option<T> {
+    v.get(..std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned)
 }
 
 /// Current time on the data plane's clock: CLOCK_MONOTONIC, as bpf_ktime_get_coarse_ns.
@@ -507,11 +499,11 @@ impl Tables {
                 ),
             });
         }
-        Ok(read_pod(&v))
+        Ok(bytemuck::pod_read_unaligned(&v))
     }
 
     pub fn write_config(&self, c: &nx_config) -> Result<()> {
-        self.cfg.update(&0u32.to_ne_bytes(), bytes_of(c), MapFlags::ANY).map_err(map_err("nx_cfg"))
+        self.cfg.update(&0u32.to_ne_bytes(), bytemuck::bytes_of(c), MapFlags::ANY).map_err(map_err("nx_cfg"))
     }
 
     /// The pool, in pool-index order.
@@ -540,7 +532,7 @@ impl Tables {
 
     /// Every live slot of an open-addressed table, read through mmap (no syscall per
     /// entry): each slot is read twice-checked, so a slot reused meanwhile is skipped.
-    fn slots<V: Copy + Default>(map: &MapHandle, name: &'static str) -> Result<Vec<V>> {
+    fn slots<V: Pod>(map: &MapHandle, name: &'static str) -> Result<Vec<V>> {
         let m = MmapWords::new(map, name)?;
         let w = m.words();
         let mut out = Vec::new();
@@ -685,7 +677,7 @@ impl Tables {
                 .lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)
                 .map_err(map_err("nx_tab_cnt"))?
                 .unwrap_or_default();
-            *o = if v.len() >= 4 { read_pod::<u32>(&v) } else { 0 };
+            *o = value::<u32>(&v).unwrap_or(0);
         }
         Ok(out)
     }
@@ -748,7 +740,7 @@ impl Tables {
     }
 
     /// The slot holding key (k0, k1) in table `tab`, searched as the data plane does.
-    fn find<V: Copy + Default>(&self, tab: usize, k0: u64, k1: u64) -> Result<Option<V>> {
+    fn find<V: Pod>(&self, tab: usize, k0: u64, k1: u64) -> Result<Option<V>> {
         let (map, name, keym) = self.tab(tab);
         let cfg = self.config()?;
         let nbkt = cfg.tab_nbkt[tab];
@@ -799,7 +791,7 @@ impl Tables {
             if e[0].load(Ordering::Acquire) != k {
                 continue;
             }
-            out.push((k as u32, read_pod::<nx_sub>(&b)));
+            out.push((k as u32, bytemuck::pod_read_unaligned::<nx_sub>(&b)));
         }
         Ok(out)
     }
@@ -950,7 +942,7 @@ impl Tables {
             .lookup(&(TAB_SUBS as u32).to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("nx_tab_cnt"))?
             .unwrap_or_default();
-        Ok(if v.len() >= 4 { read_pod::<u32>(&v) } else { 0 })
+        Ok(value::<u32>(&v).unwrap_or(0))
     }
 
     pub fn mapping(&self, k: &nx_map_key) -> Result<Option<nx_map>> {
@@ -982,7 +974,7 @@ impl Tables {
                     .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
                     .map_err(map_err("nx_stats"))?
                     .unwrap_or_default();
-                Ok(per_cpu.iter().map(|v| read_pod::<u64>(v)).sum())
+                Ok(per_cpu.iter().map(|v| value::<u64>(v).expect("a u64 counter")).sum())
             })
             .collect()
     }
@@ -995,7 +987,7 @@ impl Tables {
         let mut per_cpu =
             self.stats.lookup_percpu(&key, MapFlags::ANY).map_err(map_err("nx_stats"))?.unwrap_or_default();
         let Some(first) = per_cpu.first_mut() else { return Ok(()) };
-        let v = read_pod::<u64>(first).wrapping_add(n);
+        let v = value::<u64>(first).expect("a u64 counter").wrapping_add(n);
         first[..8].copy_from_slice(&v.to_ne_bytes());
         self.stats.update_percpu(&key, &per_cpu, MapFlags::ANY).map_err(map_err("nx_stats"))
     }
@@ -1008,7 +1000,7 @@ impl Tables {
             .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("nx_ports"))?
             .unwrap_or_default();
-        Ok(if v.len() >= 8 { read_pod::<u64>(&v) } else { 0 })
+        Ok(value::<u64>(&v).unwrap_or(0))
     }
 
     pub fn block_word(&self, gid: u32) -> Result<u64> {
@@ -1017,17 +1009,13 @@ impl Tables {
             .lookup(&gid.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("nx_blocks"))?
             .unwrap_or_default();
-        Ok(if v.len() >= 8 { read_pod::<u64>(&v) } else { 0 })
+        Ok(value::<u64>(&v).unwrap_or(0))
     }
 }
 
 /// A 32-byte slot's four words as the C struct of its table.
-fn slot_value<V: Copy + Default>(words: [u64; 4]) -> V {
-    let mut b = [0u8; 32];
-    for (i, x) in words.iter().enumerate() {
-        b[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
-    }
-    read_pod::<V>(&b)
+fn slot_value<V: Pod>(words: [u64; 4]) -> V {
+    bytemuck::pod_read_unaligned(&bytemuck::bytes_of(&words)[..std::mem::size_of::<V>()])
 }
 
 /// One pass over deterministic mode's ranges (`Tables::det_health`).
