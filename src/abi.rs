@@ -183,21 +183,10 @@ pub const PORT_NSESS_MAX: u64 = nx_port_bits::NX_PORT_NSESS_MAX.0 as u64;
 /// USED: the inside address above the inside port.
 pub const PORT_IP_SHIFT: u32 = nx_port_bits::NX_PORT_IP_SHIFT.0;
 
-/// A state's bits in a port word (NX_PORT_TAG).
-pub const fn port_tag(state: u64) -> u64 {
-    state << PORT_STATE_SHIFT
-}
-
-/// A port word's state (NX_PORT_STATE).
-pub const fn port_state(w: u64) -> u64 {
-    w >> PORT_STATE_SHIFT
-}
-
-/// The word a claimed port holds (nx_port_word): USED, inside address as the data plane
-/// stores it, inside port in host order.
-pub const fn port_word(in_ip: u32, in_port_h: u16) -> u64 {
-    port_tag(PORT_USED) | (in_ip as u64) << PORT_IP_SHIFT | in_port_h as u64
-}
+// The port word's encodings (port_tag, port_state, port_word, ...) are in tables::ports,
+// with every change of state the daemon makes to one; re-exported here for the callers
+// that name them beside the constants.
+pub use crate::tables::ports::{port_state, port_tag, port_word};
 
 // ---- block words (nx_blocks) -------------------------------------------------------------------
 

@@ -18,10 +18,9 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::abi::{
-    port_tag, BLOCK_USED_ONE, CF_EXCLUSIONS, CF_HAIRPIN, CF_PORT_CLASS, CF_PORT_PARITY, CF_STATICS,
-    CF_SUBNET_TRIE, FILTER_ADF, FILTER_APDF, FILTER_EIF, IFROLE_DIRECT, MF_STATIC, NPROTO, POOL_RUNS,
-    PORTS_PER_ADDR, PORT_HELD, PORT_IP_SHIFT, PORT_STATE_SHIFT, PORT_STATIC, ROLE_INSIDE, ROLE_OUTSIDE,
-    SUBNETS, TICK_SHIFT,
+    CF_EXCLUSIONS, CF_HAIRPIN, CF_PORT_CLASS, CF_PORT_PARITY, CF_STATICS, CF_SUBNET_TRIE, FILTER_ADF,
+    FILTER_APDF, FILTER_EIF, IFROLE_DIRECT, MF_STATIC, NPROTO, POOL_RUNS, PORTS_PER_ADDR, ROLE_INSIDE,
+    ROLE_OUTSIDE, SUBNETS, TICK_SHIFT,
 };
 use crate::config::{Config, Filtering, XdpMode};
 use crate::expiry::CtlBatch;
@@ -29,7 +28,7 @@ use crate::skel::types::{
     nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_static_map, nx_subnet,
 };
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
-use crate::tables::{MmapWords, Tables, MAP_NAMES};
+use crate::tables::{ports, Tables, MAP_NAMES};
 
 /// Values of `enum nx_iface_role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -679,8 +678,8 @@ impl Dataplane {
             let (in_ip, in_port) = (ip_be(*f.inside.ip()), f.inside.port());
             let key = nx_map_key { in_ip, in_port: in_port.to_be(), proto: f.proto, pad: 0 };
             wanted.insert(bytemuck::bytes_of(&key).to_vec());
-            let idx = crate::tables::port_index(addr_idx as u32, f.proto, f.outside.port());
-            let word = port_tag(PORT_STATIC) | ((in_ip as u64) << PORT_IP_SHIFT) | in_port as u64;
+            let idx = ports::port_index(addr_idx as u32, f.proto, f.outside.port());
+            let word = ports::static_word(in_ip, in_port);
             let cur = t.port_word(addr_idx as u32, f.proto, f.outside.port())?;
             let existing = t.mapping(&key)?;
             let ours = existing.is_some_and(|m| m.flags & MF_STATIC != 0);
@@ -704,9 +703,7 @@ impl Dataplane {
                 }
             }
             if cur != word {
-                t.ports
-                    .update(&idx.to_ne_bytes(), &word.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(bpf("adding a static forward"))?;
+                ports::set_static(t, idx, word).map_err(bpf("adding a static forward"))?;
             }
         }
         // forwards that are no longer configured
@@ -717,8 +714,8 @@ impl Dataplane {
             }
             self.ctl(&mut CtlBatch::static_del(&k))?;
             if let Some(addr_idx) = pool.iter().position(|a| ip_be(*a) == m.out_ip) {
-                let idx = crate::tables::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
-                self.hold_static_port(idx, addr_idx as u32, u16::from_be(m.out_port), now_s)?;
+                let idx = ports::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
+                ports::hold_static(t, idx, now_s)?;
             }
             info!(inside = %format!("{}:{}", ip_from_be(k.in_ip), u16::from_be(k.in_port)), "static forward removed");
         }
@@ -729,36 +726,6 @@ impl Dataplane {
             );
         }
         Ok(pending)
-    }
-
-    /// A removed static forward's port goes on hold-down like any released port: STATIC →
-    /// HELD, and counted in its block (every HELD word is: the sweep counts the block down
-    /// when it frees the word, and a STATIC word was never counted), so the block is
-    /// neither handed out meanwhile nor counted below zero afterwards.
-    fn hold_static_port(&self, idx: u32, addr_idx: u32, port: u16, now_s: u32) -> Result<()> {
-        use std::sync::atomic::Ordering;
-        let t = &self.tables;
-        let cfg = t.config()?;
-        let ports = MmapWords::new(&t.ports, "nx_ports")?;
-        let blocks = MmapWords::new(&t.blocks, "nx_blocks")?;
-        let Some(w) = ports.words().get(idx as usize) else { return Ok(()) };
-        let v = w.load(Ordering::Acquire);
-        if v >> PORT_STATE_SHIFT != PORT_STATIC {
-            return Ok(());
-        }
-        let held = port_tag(PORT_HELD) | now_s as u64;
-        if let Some((gid, _)) = crate::tables::block_of(&cfg, addr_idx, u32::from(port)) {
-            if let Some(b) = blocks.words().get(gid as usize) {
-                // counted first: a sweep that frees the word right after finds it counted
-                b.fetch_add(BLOCK_USED_ONE, Ordering::AcqRel);
-                if w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-                    b.fetch_sub(BLOCK_USED_ONE, Ordering::AcqRel);
-                }
-                return Ok(());
-            }
-        }
-        let _ = w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Runs one batch of the control program (nx_ctl: expiry, static mappings): table

@@ -7,7 +7,8 @@
 //!    when its last session goes (its outside port goes on hold-down);
 //! 2. hands mappings that never got a session and whose own timer ran out to the reaper;
 //! 3. frees held ports whose hold-down is over, and returns empty blocks to the pool, with
-//!    compare-and-swap on the mmapped port and block arrays, as the fast path claims them;
+//!    compare-and-swap on the mmapped port and block arrays, as the fast path claims them
+//!    (the port word's transitions and when they may happen: `tables::ports`);
 //! 4. forgets subscribers that hold no block any more;
 //! 5. points `addr_hint` at the pool address with the most free blocks, which is where the
 //!    next new subscriber goes when its home block (bpf/nx_alloc.h) is taken (the "which
@@ -22,15 +23,12 @@ use libbpf_rs::{MapCore, ProgramInput};
 use tracing::debug;
 
 use crate::abi::{
-    port_tag, BLOCK_USED_ONE, CTL_STATIC_ADD, CTL_STATIC_DEL, MF_STATIC, PORT_HELD, PORT_NSESS_MAX,
-    PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS, REAP_SESSIONS,
-    REAP_SUBS,
+    CTL_STATIC_ADD, CTL_STATIC_DEL, MF_STATIC, PORT_HELD, PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS,
+    REAP_SESSIONS, REAP_SUBS,
 };
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key, nx_static_map};
-use crate::tables::{
-    block_nsess, block_of, block_used, det_first, det_start, det_word_needed, home_start, is_home_word,
-    now_ns, now_tick, port_index_parts, port_word_ip, walk_home, MmapWords, TableError, Tables,
-};
+use crate::tables::ports::{self, is_home_word, port_index_parts, port_state, word_nsess, Freed};
+use crate::tables::{block_nsess, block_of, block_used, now_ns, now_tick, MmapWords, TableError, Tables};
 
 /// What one sweep did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -140,11 +138,6 @@ pub struct Sweeper {
     idle_last: std::collections::HashSet<(usize, u64)>,
 }
 
-/// Seconds a HELD word's hold-down must be over before the daemon may free it: the fast
-/// path claims such a word from `hold` seconds on, so by then no walk passes it without
-/// taking it (bpf/nx_det.h).
-const DET_FREE_MARGIN_S: u32 = 2;
-
 fn mono_secs() -> u32 {
     (now_ns() / 1_000_000_000) as u32
 }
@@ -204,61 +197,29 @@ impl Sweeper {
         // nx_home.h): a HELD word there is freed only by a margin after its hold-down and
         // when no live walk passes it, and a mapping that never got a session goes on
         // hold-down after two sweeps, as in deterministic mode.
-        let (bpa, bs) = (cfg.blocks_per_addr as u32, cfg.block_size as u32);
-        let hold = cfg.hold_down_s;
-        let probe = cfg.home_probe.min(bs / 2);
+        let bpa = cfg.blocks_per_addr as u32;
         let blocks = self.blocks.words();
         let words = self.ports.words();
         let mut idle_now = std::collections::HashSet::new();
         for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
-            let state = v >> PORT_STATE_SHIFT;
-            if state == PORT_USED
-                && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0
-                && is_home_word(&cfg, idx, v)
-            {
+            let state = port_state(v);
+            if state == PORT_USED && word_nsess(v) == 0 && is_home_word(&cfg, idx, v) {
                 r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
                 continue;
             }
-            if state != PORT_HELD {
-                continue;
-            }
-            let released = v as u32;
-            if now_s.wrapping_sub(released) < hold {
+            if state != PORT_HELD || !ports::may_free(&cfg, words, blocks, idx, v, now_s) {
                 continue;
             }
             let (addr_idx, _, port) = port_index_parts(idx);
-            let block = block_of(&cfg, addr_idx, u32::from(port));
-            if let Some((gid, first)) = block {
-                let owner = blocks.get(gid as usize).map_or(0, |b| b.load(Ordering::Relaxed) as u32);
-                if owner != 0 && walk_home(&cfg, owner) == Some(gid) {
-                    if now_s.wrapping_sub(released) < hold.saturating_add(DET_FREE_MARGIN_S)
-                        || (now_s.wrapping_sub(released) as i32) < 0
-                    {
-                        continue;
-                    }
-                    let needed = range_word_needed(words, idx, first, bs, probe, |ip, pidx, p| {
-                        home_start(&cfg, ip, pidx, p, first)
-                    });
-                    if needed {
-                        continue;
-                    }
-                }
-            }
-            if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-                continue;
-            }
-            r.ports_freed += 1;
-            let Some((gid, _)) = block else { continue };
-            if let Some(b) = blocks.get(gid as usize) {
-                let after = b.fetch_sub(BLOCK_USED_ONE, Ordering::AcqRel) - BLOCK_USED_ONE;
-                // (a home block that still counts sessions of its owner stays its owner's)
-                if block_used(after) == 0 && after as u32 != 0 && block_nsess(after) == 0 {
-                    // owned and empty: back to the pool, unless the fast path reserved it
-                    // again meanwhile (then the exchange fails and the owner keeps it)
-                    if b.compare_exchange(after, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                        r.blocks_released += 1;
-                    }
+            let block =
+                block_of(&cfg, addr_idx, u32::from(port)).and_then(|(gid, _)| blocks.get(gid as usize));
+            match ports::free_held(w, v, block) {
+                Freed::No => {}
+                Freed::Port => r.ports_freed += 1,
+                Freed::PortAndBlock => {
+                    r.ports_freed += 1;
+                    r.blocks_released += 1;
                 }
             }
         }
@@ -330,7 +291,7 @@ impl Sweeper {
     }
 
     /// Deterministic mode (bpf/nx_det.h), each sweep:
-    /// - a HELD word whose hold-down is over (by DET_FREE_MARGIN_S) becomes FREE, unless a
+    /// - a HELD word whose hold-down is over (by ports::FREE_MARGIN_S) becomes FREE, unless a
     ///   live mapping's walk passes it: the walk stops at the first FREE word, so freeing
     ///   such a word would hide that mapping (linear probing's deletion rule). It stays
     ///   HELD, claimable by the next new mapping whose walk reaches it;
@@ -338,35 +299,18 @@ impl Sweeper {
     ///   session could not be made) goes on hold-down.
     fn det_ports(&mut self, cfg: &nx_config, now_s: u32, r: &mut SweepReport) {
         let words = self.ports.words();
-        let hold = cfg.hold_down_s.saturating_add(DET_FREE_MARGIN_S);
-        let n = u32::from(cfg.det_ports);
-        let probe = u32::from(cfg.det_probe).min(n / 2);
         let mut idle_now = std::collections::HashSet::new();
         for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
-            let state = v >> PORT_STATE_SHIFT;
-            if state == PORT_USED && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0 {
+            let state = port_state(v);
+            if state == PORT_USED && word_nsess(v) == 0 {
                 r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
                 continue;
             }
-            if state != PORT_HELD
-                || now_s.wrapping_sub(v as u32) < hold
-                || (now_s.wrapping_sub(v as u32) as i32) < 0
+            if state == PORT_HELD
+                && ports::may_free(cfg, words, &[], idx, v, now_s)
+                && ports::free_held(w, v, None) != Freed::No
             {
-                continue;
-            }
-            let port = u32::from(port_index_parts(idx).2);
-            let Some(first) = det_first(cfg, port) else {
-                // outside every range (never claimed in this mode): nothing walks past it
-                if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                    r.ports_freed += 1;
-                }
-                continue;
-            };
-            let needed = range_word_needed(words, idx, first, n, probe, |ip, pidx, p| {
-                det_start(cfg, ip, pidx, p, first)
-            });
-            if !needed && w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 r.ports_freed += 1;
             }
         }
@@ -376,30 +320,6 @@ impl Sweeper {
     fn run(&self, reaper: &Reaper<'_>, a: &mut CtlBatch) -> Result<(), TableError> {
         reaper.reap(a).map_err(|source| TableError::Map { map: "nx_ctl", source })
     }
-}
-
-/// Whether the HELD word at nx_ports index `idx`, in a range of `n` ports from port
-/// `first` whose words are mappings found by walks (a deterministic range, a home block),
-/// must stay HELD: some live mapping's walk passes it (`det_word_needed`). `start(ip,
-/// pidx, port)` is where an endpoint's walk starts in the range.
-pub fn range_word_needed(
-    words: &[std::sync::atomic::AtomicU64],
-    idx: usize,
-    first: u32,
-    n: u32,
-    probe: u32,
-    start: impl Fn(u32, u32, u16) -> u32,
-) -> bool {
-    let (_, pidx, port) = port_index_parts(idx);
-    let k = u32::from(port) - first;
-    let base = idx - k as usize;
-    det_word_needed(
-        k,
-        n,
-        probe,
-        |o| words[base + o as usize].load(Ordering::Relaxed),
-        |rv| start(port_word_ip(rv), pidx, rv as u16),
-    )
 }
 
 /// A port word that is a mapping, USED with no session (`v`, at index `idx`): put on
@@ -413,10 +333,7 @@ fn idle_word(
     v: u64,
     now_s: u32,
 ) -> bool {
-    let held = port_tag(PORT_HELD) | now_s as u64;
-    if idle_last.contains(&(idx, v))
-        && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-    {
+    if idle_last.contains(&(idx, v)) && ports::hold_idle(w, v, now_s) {
         return true;
     }
     idle_now.insert((idx, v));

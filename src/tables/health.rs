@@ -5,13 +5,14 @@
 use std::mem::offset_of;
 use std::sync::atomic::Ordering;
 
+use super::ports::{port_state, word_port};
 use super::{
     bucket_counts, det_start, det_walk_pos, home_start, port_index_pidx, port_word_ip, proto_idx, sub_home,
     tab_hash, tab_home, walk_home, MmapWords, Result, Tables,
 };
 use crate::abi::{
-    sub_state, BLOCK_MIXED, NPROTO, PORT_FREE, PORT_HELD, PORT_STATE_SHIFT, PORT_USED, SLOT_ALT,
-    SLOT_CTL_SHIFT, SLOT_LIVE, SLOT_STATE_MASK, SUB_HASH_K1, SUB_LIVE, SUB_TOMB, TAB_SESS,
+    sub_state, BLOCK_MIXED, NPROTO, PORT_FREE, PORT_HELD, PORT_USED, SLOT_ALT, SLOT_CTL_SHIFT, SLOT_LIVE,
+    SLOT_STATE_MASK, SUB_HASH_K1, SUB_LIVE, SUB_TOMB, TAB_SESS,
 };
 use crate::skel::types::{nx_map_key, nx_sess, nx_sub};
 
@@ -199,12 +200,12 @@ impl Tables {
                 let mut free = 0;
                 for (k, w) in range.iter().enumerate() {
                     let v = w.load(Ordering::Relaxed);
-                    match v >> PORT_STATE_SHIFT {
+                    match port_state(v) {
                         PORT_FREE => free += 1,
                         PORT_HELD => h.held += 1,
                         PORT_USED => {
                             h.mappings += 1;
-                            let c = det_start(&cfg, port_word_ip(v), pidx, v as u16, first);
+                            let c = det_start(&cfg, port_word_ip(v), pidx, word_port(v), first);
                             if let Some(pos) = det_walk_pos(c, k as u32, probe, n) {
                                 h.fallen_back += u64::from(pos >= probe);
                                 h.longest_walk = h.longest_walk.max(pos + 1);
@@ -245,11 +246,11 @@ impl Tables {
                 let Some(range) = words.get(base..base + bs as usize) else { continue };
                 for (k, w) in range.iter().enumerate() {
                     let v = w.load(Ordering::Relaxed);
-                    match v >> PORT_STATE_SHIFT {
+                    match port_state(v) {
                         PORT_HELD => h.held += 1,
                         PORT_USED if port_word_ip(v) == owner => {
                             h.mappings += 1;
-                            let c = home_start(&cfg, owner, pidx, v as u16, first);
+                            let c = home_start(&cfg, owner, pidx, word_port(v), first);
                             if let Some(pos) = det_walk_pos(c, k as u32, probe, bs) {
                                 h.fallen_back += u64::from(pos >= probe);
                                 h.longest_walk = h.longest_walk.max(pos + 1);

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //! Where things are in the tables: the data plane's arithmetic, mirrored bit for bit (key
-//! hashes, home buckets and slots, the walks of deterministic ranges and home blocks, block
-//! and port-word indexes). `tests/abi.rs` runs both sides on the same inputs.
+//! hashes, home buckets and slots, the walks of deterministic ranges and home blocks, the
+//! blocks; a port word's index is in `ports.rs`). `tests/abi.rs` runs both sides on the
+//! same inputs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::{
     BLOCK_NSESS_MASK, BLOCK_NSESS_SHIFT, BLOCK_USED_MASK, BLOCK_USED_SHIFT, CF_PORT_PARITY, DET_KEY,
-    HOME_KEY, NPROTO, PORT_INDEX_SHIFT, PORT_IP_SHIFT, PORT_STATE_SHIFT, PORT_USED, PROTO_TCP, PROTO_UDP,
-    P_ICMP, P_TCP, P_UDP, SLOT_OVF_OFF, SUB_PROBE, TAB_PROBE,
+    HOME_KEY, PROTO_TCP, PROTO_UDP, P_ICMP, P_TCP, P_UDP, SLOT_OVF_OFF, SUB_PROBE, TAB_PROBE,
 };
 use crate::skel::types::{nx_config, nx_map_key, nx_sess_key};
 
@@ -111,15 +111,6 @@ pub fn walk_home(cfg: &nx_config, ip: u32) -> Option<u32> {
     home_block(cfg, ip)
 }
 
-/// Whether USED port word `v` at nx_ports index `idx` is a mapping itself, in dynamic mode:
-/// it lies in the home block of the subscriber it names (bpf/nx_home.h, nx_word_is_map).
-pub fn is_home_word(cfg: &nx_config, idx: usize, v: u64) -> bool {
-    let (addr, _, port) = port_index_parts(idx);
-    v >> PORT_STATE_SHIFT == PORT_USED
-        && block_of(cfg, addr, u32::from(port))
-            .is_some_and(|(gid, _)| walk_home(cfg, port_word_ip(v)) == Some(gid))
-}
-
 /// Where offset `k` of a deterministic range of `n` ports comes in the walk that starts at
 /// offset `start` (bpf/nx_det.h): `probe` pairs of the start's parity, then `probe` pairs
 /// of the other parity from the same pair. None when the walk never reaches `k`.
@@ -128,48 +119,6 @@ pub fn det_walk_pos(start: u32, k: u32, probe: u32, n: u32) -> Option<u32> {
     let (from, part) = if (k ^ start) & 1 == 0 { (start, 0) } else { (start ^ 1, probe) };
     let d = (k + n - from) % n / 2;
     (d < probe).then_some(part + d)
-}
-
-/// Whether freeing offset `k` of a deterministic range of `n` ports would hide a live
-/// mapping: whether the walk of some USED word passes `k` on its way to that word
-/// (bpf/nx_det.h; linear probing's deletion rule). `word(o)` reads the word at offset o,
-/// `start(w)` is the walk start of the endpoint a USED word names. The words that can need
-/// `k`: those further on its parity up to the first FREE word (a walk reaching one beyond
-/// that FREE word would have stopped there), and those of the other parity whose walk fell
-/// back after passing `k`, within `probe` - 1 pairs either side (such a walk met no FREE
-/// word on `k`'s parity, so no FREE word on that side ends the search; this may keep a
-/// word that only an unreachable mapping passes, never the other way round).
-pub fn det_word_needed(
-    k: u32,
-    n: u32,
-    probe: u32,
-    word: impl Fn(u32) -> u64,
-    start: impl Fn(u64) -> u32,
-) -> bool {
-    let probe = probe.min(n / 2);
-    if probe == 0 {
-        return false;
-    }
-    let passes = |rk: u32| {
-        let rv = word(rk);
-        rv >> PORT_STATE_SHIFT == PORT_USED && {
-            let c = start(rv);
-            matches!((det_walk_pos(c, k, probe, n), det_walk_pos(c, rk, probe, n)),
-                (Some(pk), Some(pr)) if pk < pr)
-        }
-    };
-    for j in 1..probe {
-        let rk = (k + 2 * j) % n;
-        if word(rk) == 0 {
-            break;
-        }
-        if passes(rk) {
-            return true;
-        }
-    }
-    let (span, back) = (2 * probe - 1, 2 * (probe - 1));
-    let span = span.min(n / 2);
-    (0..span).any(|j| passes(((k ^ 1) + n + 2 * j - back) % n))
 }
 
 /// The first port of the deterministic range that outside `port` (host order) falls in,
@@ -221,28 +170,6 @@ pub fn proto_idx(p: u8) -> u32 {
     }
 }
 
-/// The inside address a port word names (NX_PORT_WORD_IP).
-pub fn port_word_ip(w: u64) -> u32 {
-    (w >> PORT_IP_SHIFT) as u32
-}
-
-/// Pool index, protocol index and outside port of an `nx_ports` index (nx_port_index).
-pub fn port_index_parts(idx: usize) -> (u32, u32, u16) {
-    let hi = (idx >> PORT_INDEX_SHIFT) as u32;
-    (hi / NPROTO, hi % NPROTO, idx as u16)
-}
-
-/// The `nx_ports` index of outside `port` of pool index `addr_idx`, protocol index `pidx`
-/// (bpf/nx_alloc.h, nx_port_index).
-pub fn port_index_pidx(addr_idx: u32, pidx: u32, port: u32) -> usize {
-    (((addr_idx * NPROTO + pidx) << PORT_INDEX_SHIFT) | port) as usize
-}
-
-/// The same for a protocol number.
-pub fn port_index(addr_idx: u32, proto: u8, port: u16) -> u32 {
-    port_index_pidx(addr_idx, proto_idx(proto), u32::from(port)) as u32
-}
-
 /// A bucket's overflow and alt counts (bpf/nx_tab.h: the u32 at NX_SLOT_OVF_OFF of its
 /// first and of its second slot), from the table's words.
 pub(super) fn bucket_counts(w: &[AtomicU64], b: usize) -> (u64, u64) {
@@ -254,7 +181,6 @@ pub(super) fn bucket_counts(w: &[AtomicU64], b: usize) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::PORT_HELD;
 
     #[test]
     fn det_walk_positions() {
@@ -275,58 +201,5 @@ mod tests {
         let mut all: Vec<u32> = (0..16).filter_map(|k| det_walk_pos(4, k, 99, 16)).collect();
         all.sort_unstable();
         assert_eq!(all, (0..16).collect::<Vec<_>>());
-    }
-
-    /// det_word_needed against a brute force over random ranges: it keeps every word a
-    /// reachable mapping's walk passes, and only words some USED word's walk passes.
-    #[test]
-    fn det_word_needed_matches_the_walks() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |m: u32| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % u64::from(m)) as u32
-        };
-        let held = PORT_HELD << PORT_STATE_SHIFT;
-        for _ in 0..20_000 {
-            let n = 2 * (1 + rnd(12));
-            let probe = 1 + rnd(n / 2 + 2);
-            let p = probe.min(n / 2);
-            // USED words name their walk's start in bits 31..16; each sits on its own walk
-            let mut w = vec![0u64; n as usize];
-            for _ in 0..rnd(n + 1) {
-                let (s, pos) = (rnd(n), rnd(2 * p));
-                let r = if pos < p { (s + 2 * pos) % n } else { ((s ^ 1) + 2 * (pos - p)) % n };
-                w[r as usize] = PORT_USED << PORT_STATE_SHIFT | u64::from(s) << 16 | 1;
-            }
-            for _ in 0..rnd(n) {
-                w[rnd(n) as usize] = held;
-            }
-            let start = |v: u64| (v >> 16) as u32 & 0xffff;
-            let seq = |s: u32| -> Vec<u32> {
-                (0..2 * p)
-                    .map(|i| if i < p { (s + 2 * i) % n } else { ((s ^ 1) + 2 * (i - p)) % n })
-                    .collect()
-            };
-            for k in 0..n {
-                let (mut reach, mut any) = (false, false);
-                for r in 0..n {
-                    let v = w[r as usize];
-                    if v >> PORT_STATE_SHIFT != PORT_USED {
-                        continue;
-                    }
-                    let sq = seq(start(v));
-                    let Some(pr) = sq.iter().position(|&o| o == r) else { continue };
-                    if let Some(pk) = sq[..pr].iter().position(|&o| o == k) {
-                        any = true;
-                        reach |= !sq[..pr].iter().any(|&o| w[o as usize] == 0) && pk < pr;
-                    }
-                }
-                let got = det_word_needed(k, n, probe, |o| w[o as usize], start);
-                assert!(!reach || got, "n {n} probe {probe} k {k}: a reachable walk passes it: {w:x?}");
-                assert!(!got || any, "n {n} probe {probe} k {k}: no walk passes it: {w:x?}");
-            }
-        }
     }
 }

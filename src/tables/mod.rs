@@ -7,14 +7,16 @@
 //! - `mod.rs`: the map handles ([`Tables`]), opening them, the configuration entry, the
 //!   counters, single words by syscall, the clock;
 //! - `layout.rs`: where things are, the data plane's arithmetic mirrored (key hashes, home
-//!   buckets and slots, walk starts, block and port indexes);
+//!   buckets and slots, walk starts and positions, blocks);
 //! - `read.rs`: the entries (sessions, mappings, subscribers), read through mmap;
 //! - `health.rs`: load and shape of each table, from one pass over it (`natrix stats`);
 //! - `mmap.rs`: a BPF_F_MMAPABLE array map as shared atomic words;
-//! - `names.rs`: the names people read (counters, protocols, TCP states).
+//! - `names.rs`: the names people read (counters, protocols, TCP states);
+//! - `ports.rs` ([`ports`]): the port word, its index and encodings, and every change of
+//!   state the daemon makes to one (who frees a port, who puts one on hold-down).
 //!
-//! The modules are private and what they make public is re-exported here: callers name
-//! `tables::X`.
+//! The modules but `ports` are private and what they make public is re-exported here:
+//! callers name `tables::X`.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -30,19 +32,21 @@ mod health;
 mod layout;
 mod mmap;
 mod names;
+pub mod ports;
 mod read;
 
 use layout::bucket_counts;
 
 pub use health::{DetHealth, HomeHealth, SubHealth, TabHealth};
 pub use layout::{
-    block_nsess, block_of, block_used, det_first, det_start, det_walk_pos, det_word_needed, home_block,
-    home_start, is_home_word, map_k0, port_index, port_index_parts, port_index_pidx, port_word_ip, proto_idx,
-    sess_k0, sess_k1, sub_home, sub_home_slots, sub_slots, tab_buckets, tab_hash, tab_home, tab_slots,
-    walk_home,
+    block_nsess, block_of, block_used, det_first, det_start, det_walk_pos, home_block, home_start, map_k0,
+    proto_idx, sess_k0, sess_k1, sub_home, sub_home_slots, sub_slots, tab_buckets, tab_hash, tab_home,
+    tab_slots, walk_home,
 };
 pub use mmap::MmapWords;
 pub use names::{is_drop, proto_name, stat_index, tcp_state_name, STATS};
+// the port word's index and decoding, at the paths callers have used
+pub use ports::{det_word_needed, is_home_word, port_index, port_index_parts, port_index_pidx, port_word_ip};
 
 /// Every pinned map, by the name it has in the BPF object and under the pin directory.
 pub const MAP_NAMES: [&str; 16] = [
@@ -288,17 +292,6 @@ impl Tables {
         let v = value::<u64>(first).expect("a u64 counter").wrapping_add(n);
         first[..8].copy_from_slice(&v.to_ne_bytes());
         self.stats.update_percpu(&key, &per_cpu, MapFlags::ANY).map_err(map_err("nx_stats"))
-    }
-
-    /// One outside port word (see nx_types.h), read through the syscall interface.
-    pub fn port_word(&self, addr_idx: u32, proto: u8, port: u16) -> Result<u64> {
-        let idx = port_index(addr_idx, proto, port);
-        let v = self
-            .ports
-            .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
-            .map_err(map_err("nx_ports"))?
-            .unwrap_or_default();
-        Ok(value::<u64>(&v).unwrap_or(0))
     }
 
     pub fn block_word(&self, gid: u32) -> Result<u64> {

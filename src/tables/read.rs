@@ -2,19 +2,19 @@
 //! The entries: sessions, mappings (the table's, and the port words that are mappings
 //! themselves), subscribers; read through mmap, each entry checked unchanged while read.
 
-use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 
 use bytemuck::Pod;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+use super::ports::word_mapping;
 use super::{
-    block_nsess, bucket_counts, home_block, map_err, map_k0, port_index_parts, port_index_pidx, port_word_ip,
-    sess_k0, sess_k1, tab_hash, tab_home, walk_home, MmapWords, Result, Tables,
+    block_nsess, bucket_counts, home_block, map_err, map_k0, port_index_pidx, port_word_ip, sess_k0, sess_k1,
+    tab_hash, tab_home, walk_home, MmapWords, Result, Tables,
 };
 use crate::abi::{
-    sub_state, MF_DET, NPROTO, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT, PORT_USED, PROTO_OF_IDX,
-    SLOT_CTL_SHIFT, SLOT_GEN_MASK, SLOT_LIVE, SLOT_STATE_MASK, SUB_LIVE, TAB_MAPS, TAB_PROBE, TAB_SESS,
+    sub_state, NPROTO, SLOT_CTL_SHIFT, SLOT_GEN_MASK, SLOT_LIVE, SLOT_STATE_MASK, SUB_LIVE, TAB_MAPS,
+    TAB_PROBE, TAB_SESS,
 };
 use crate::skel::types::{nx_config, nx_map, nx_map_key, nx_sess, nx_sess_key, nx_sub};
 
@@ -266,28 +266,4 @@ impl Tables {
 /// A 32-byte slot's four words as the C struct of its table.
 fn slot_value<V: Pod>(words: [u64; 4]) -> V {
     bytemuck::pod_read_unaligned(&bytemuck::bytes_of(&words)[..std::mem::size_of::<V>()])
-}
-
-/// A USED port word that is a mapping itself, shown as the mapping table shows one: `nsess`
-/// its session count, flag 2 (NX_MF_DET). None for any other word.
-fn word_mapping(pool: &[Ipv4Addr], idx: usize, v: u64) -> Option<nx_map> {
-    if v >> PORT_STATE_SHIFT != PORT_USED {
-        return None;
-    }
-    let (addr, pidx, port) = port_index_parts(idx);
-    let out_ip = pool.get(addr as usize)?;
-    let key = nx_map_key {
-        in_ip: port_word_ip(v),
-        in_port: (v as u16).to_be(),
-        proto: PROTO_OF_IDX[pidx as usize],
-        pad: 0,
-    };
-    Some(nx_map {
-        key,
-        out_ip: u32::from_ne_bytes(out_ip.octets()),
-        out_port: port.to_be(),
-        flags: MF_DET,
-        nsess: ((v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX) as u32,
-        ..Default::default()
-    })
 }
