@@ -147,9 +147,9 @@ impl Default for Options {
 }
 
 /// Seconds past the hold-down a HELD word may still be HELD: the daemon's margin for walk
-/// ranges (2 s), two sweeps, and slack.
+/// ranges (ports::FREE_MARGIN_S), two sweeps, and slack.
 fn held_margin_s(o: &Options) -> u32 {
-    2 + 2 * o.sweep_interval.as_secs().max(1) as u32 + 5
+    ports::FREE_MARGIN_S + 2 * o.sweep_interval.as_secs().max(1) as u32 + 5
 }
 
 /// Checks the tables twice and reports the problems present in both passes.
