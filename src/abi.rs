@@ -6,11 +6,100 @@
 //! 32 bits wide).
 
 use crate::skel::types::{
+    nx_abi_probe, nx_clock, nx_config, nx_frag, nx_frag_key, nx_iface, nx_lpm_key, nx_map, nx_map_key,
+    nx_pool_run, nx_sess, nx_sess_key, nx_static_map, nx_sub, nx_subnet, xdp_md,
+};
+use crate::skel::types::{
     nx_block_bits, nx_cfg_arrays, nx_config_flags, nx_fibc_word, nx_filtering, nx_hash_keys, nx_iface_macs,
     nx_iface_role, nx_ip_proto, nx_map_flags, nx_nsess, nx_port_bits, nx_port_state, nx_proto_idx,
     nx_reap_op, nx_reap_sizes, nx_sess_flags, nx_sizes, nx_slot_bits, nx_slot_state, nx_stat, nx_sub_bits,
     nx_sub_state, nx_tab_id, nx_tcp_state, nx_tick,
 };
+
+// ---- the shared structs as plain old data -------------------------------------------------
+
+/// Declares generated structs plain old data (`bytemuck::Zeroable` and `bytemuck::Pod`: read
+/// from and written to map bytes with `bytemuck::pod_read_unaligned` and
+/// `bytemuck::bytes_of`), and proves at compile time what those traits ask for, from the
+/// list of each struct's fields with their types:
+/// - the list is the struct's fields, each once (a struct pattern without `..`), with the
+///   types the skeleton gave them (each field is passed as its listed type);
+/// - every field type is Pod itself (any bit pattern is a value, no pointer);
+/// - the fields' sizes add up to the struct's size: no padding byte.
+///
+/// A struct that changes in `bpf/nx_types.h` fails to compile here until its list follows.
+/// The generated structs cannot take bytemuck's derive (libbpf-cargo writes them), hence
+/// the impls; they are `#[repr(C)]`, as everything libbpf-cargo generates from BTF.
+macro_rules! plain_old_data {
+    ($($t:ident { $($f:ident: $ty:ty),+ $(,)? })+) => {$(
+        const _: () = {
+            #[allow(dead_code)]
+            fn fields_are_pod(v: $t) {
+                fn pod<T: bytemuck::Pod>(_: T) {}
+                let $t { $($f),+ } = v;
+                $(pod::<$ty>($f);)+
+            }
+            assert!(
+                std::mem::size_of::<$t>() == 0 $(+ std::mem::size_of::<$ty>())+,
+                concat!("struct ", stringify!($t), " has padding: it is not plain old data")
+            );
+        };
+        // SAFETY: the struct is #[repr(C)] (generated from BTF), Copy and 'static; its fields
+        // are all Pod, so all zeroes is a value of each, hence of the struct.
+        unsafe impl bytemuck::Zeroable for $t {}
+        // SAFETY: as for Zeroable; and the fields fill the struct without padding (checked
+        // above), so every bit pattern of it is a value and every byte is initialized.
+        unsafe impl bytemuck::Pod for $t {}
+    )+};
+}
+
+// Not here: nx_reap_args, whose entries are a union of arrays of different sizes (bytes
+// beyond the member written are not known to be initialized): expiry::CtlBatch writes and
+// reads it field by field.
+plain_old_data! {
+    nx_pool_run { first: u32, count: u16, base: u16 }
+    nx_subnet { net: u32, mask: u32 }
+    nx_config {
+        to_udp: u32, to_tcp_est: u32, to_tcp_trans: u32, to_icmp: u32, flags: u32, filtering: u32,
+        port_lo: u16, port_hi: u16, block_size: u16, blocks_per_addr: u16, max_blocks: u16, n_addrs: u16,
+        addr_hint: u32, hold_down_s: u32, max_new_per_sec: u32, icmp_per_sec: u32, frag_timeout: u32,
+        pool_nruns: u32, pool_runs: [nx_pool_run; POOL_RUNS], tab_nbkt: [u32; 2], tab_max: [u32; 2],
+        tab_seed: u32, clk_mult: u64, clk_off: u32, clk_hz: u32, sub_nslots: u32, sub_max: u32,
+        fibc_mask: u32, fibc_max_age: u32, det_base: u32, det_count: u32, det_per_addr: u32,
+        det_ports: u16, det_probe: u16, layout: u32, home_probe: u32, sess_per_sub: u32,
+        unreach_code: u32, n_subnets: u32, subnets: [nx_subnet; SUBNETS], pad2: u32,
+    }
+    nx_sess_key { in_ip: u32, rem_ip: u32, in_port: u16, rem_port: u16, proto: u8, pad: [u8; 3] }
+    nx_sess {
+        in_port: u16, rem_port: u16, proto: u8, state: u8, flags: u8, ctl: u8, in_ip: u32, rem_ip: u32,
+        out_ip: u32, expire: u32, out_port: u16, pad: u16, ovf: u32,
+    }
+    nx_map_key { in_ip: u32, in_port: u16, proto: u8, pad: u8 }
+    nx_map {
+        key: nx_map_key, out_ip: u32, out_port: u16, flags: u16, nsess: u32, expire: u32, pad: u32, ovf: u32,
+    }
+    nx_static_map { key: nx_map_key, out_ip: u32, out_port: u16, pad: u16 }
+    nx_sub {
+        key: u64, addr_idx: u32, flags: u32, rate_ts: u64, rate_tokens: u32, low_used: u32, cur_block: u32,
+        next_port: [u32; NPROTO as usize], nsess: u32, pad: [u32; 3],
+        blocks: [u32; nx_sizes::NX_MAX_BLOCKS_PER_SUB.0 as usize],
+    }
+    nx_iface { role: u32, addr: u32, nmacs: u32, pad: u32, macs: [u64; IF_MACS] }
+    nx_lpm_key { prefixlen: u32, addr: u32 }
+    nx_frag_key { src: u32, dst: u32, id: u16, proto: u8, pad: u8 }
+    nx_frag { in_ip: u32, expire: u32 }
+    nx_clock { jiffies: u64, mono_ns: u64 }
+    nx_abi_probe {
+        cfg: nx_config, k0: u64, k1: u64, h: u64, nbkt: u32, nslots: u32, sip: u32, pidx: u32, port: u32,
+        first: u32, addr_idx: u32, proto: u32, sk: nx_sess_key, mk: nx_map_key, tab_hash: u64,
+        sub_hash: u64, sess_k0: u64, sess_k1: u64, map_k0: u64, home_block: i64, tab_home: [u32; 2],
+        sub_home: u32, det_start: u32, home_start: u32, proto_idx: u32, port_index: u32, word_is_map: u32,
+    }
+    xdp_md {
+        data: u32, data_end: u32, data_meta: u32, ingress_ifindex: u32, rx_queue_index: u32,
+        egress_ifindex: u32,
+    }
+}
 
 // ---- sizes -------------------------------------------------------------------------------
 
@@ -94,21 +183,10 @@ pub const PORT_NSESS_MAX: u64 = nx_port_bits::NX_PORT_NSESS_MAX.0 as u64;
 /// USED: the inside address above the inside port.
 pub const PORT_IP_SHIFT: u32 = nx_port_bits::NX_PORT_IP_SHIFT.0;
 
-/// A state's bits in a port word (NX_PORT_TAG).
-pub const fn port_tag(state: u64) -> u64 {
-    state << PORT_STATE_SHIFT
-}
-
-/// A port word's state (NX_PORT_STATE).
-pub const fn port_state(w: u64) -> u64 {
-    w >> PORT_STATE_SHIFT
-}
-
-/// The word a claimed port holds (nx_port_word): USED, inside address as the data plane
-/// stores it, inside port in host order.
-pub const fn port_word(in_ip: u32, in_port_h: u16) -> u64 {
-    port_tag(PORT_USED) | (in_ip as u64) << PORT_IP_SHIFT | in_port_h as u64
-}
+// The port word's encodings (port_tag, port_state, port_word, ...) are in tables::ports,
+// with every change of state the daemon makes to one; re-exported here for the callers
+// that name them beside the constants.
+pub use crate::tables::ports::{port_state, port_tag, port_word};
 
 // ---- block words (nx_blocks) -------------------------------------------------------------------
 

@@ -32,7 +32,7 @@
 //! - `block_count_mismatch`: a block word's USED+HELD count differing from its ports' words;
 //! - `held_past_hold_down`: a HELD word released longer ago than the hold-down plus the
 //!   daemon's margin, 2 sweep intervals and 5 s, which no live walk needs (walk ranges keep
-//!   such words HELD legitimately, see `tables::det_word_needed`);
+//!   such words HELD legitimately, see `tables::ports::walk_needs`);
 //! - `table_count_mismatch`: `nx_tab_cnt` against the live entries of nx_sess, nx_maps,
 //!   nx_subs.
 //!
@@ -51,14 +51,16 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::abi::{
-    MF_DET, MF_STATIC, NSESS_DYING, PORT_FREE, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT,
-    PORT_STATIC, PORT_USED, PROTO_OF_IDX, SF_HOMECNT, SF_PERMIT,
+    MF_DET, MF_STATIC, NSESS_DYING, PORT_FREE, PORT_HELD, PORT_STATIC, PORT_USED, PROTO_OF_IDX, SF_HOMECNT,
+    SF_PERMIT,
 };
 use crate::dataplane::ip_from_be;
-use crate::expiry::range_word_needed;
+use crate::tables::ports::{
+    self, held_since, is_home_word, port_index, port_index_parts, port_state, port_word_ip, word_nsess,
+    word_port,
+};
 use crate::tables::{
-    block_nsess, block_of, block_used, det_first, det_start, home_block, home_start, is_home_word, now_ns,
-    port_index, port_index_parts, port_word_ip, proto_name, walk_home, MmapWords, TableError, Tables,
+    block_nsess, block_of, block_used, home_block, now_ns, proto_name, MmapWords, TableError, Tables,
 };
 
 /// One broken invariant: `kind` a stable snake_case name, `detail` the entries involved.
@@ -145,9 +147,9 @@ impl Default for Options {
 }
 
 /// Seconds past the hold-down a HELD word may still be HELD: the daemon's margin for walk
-/// ranges (2 s), two sweeps, and slack.
+/// ranges (ports::FREE_MARGIN_S), two sweeps, and slack.
 fn held_margin_s(o: &Options) -> u32 {
-    2 + 2 * o.sweep_interval.as_secs().max(1) as u32 + 5
+    ports::FREE_MARGIN_S + 2 * o.sweep_interval.as_secs().max(1) as u32 + 5
 }
 
 /// Checks the tables twice and reports the problems present in both passes.
@@ -269,8 +271,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
         };
         let v = word_at(a, k.proto, m.out_port);
         let want = if stat { PORT_STATIC } else { PORT_USED };
-        if v >> PORT_STATE_SHIFT != want || port_word_ip(v) != k.in_ip || v as u16 != u16::from_be(k.in_port)
-        {
+        if port_state(v) != want || port_word_ip(v) != k.in_ip || word_port(v) != u16::from_be(k.in_port) {
             p.push(
                 "mapping_port_word_mismatch",
                 format!("{} {out}", ek_str(key)),
@@ -287,12 +288,12 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
     }
     // two mappings on one outside endpoint: its word names at most one of them
     for (key, v) in mismatched {
-        let st = v >> PORT_STATE_SHIFT;
+        let st = port_state(v);
         if st != PORT_USED && st != PORT_STATIC {
             continue;
         }
         let proto = key as u8;
-        let other = ek(port_word_ip(v), (v as u16).to_be(), proto);
+        let other = ek(port_word_ip(v), word_port(v).to_be(), proto);
         let (Some(a), Some(b)) = (maps.get(&key), maps.get(&other)) else { continue };
         if other != key && (a.out_ip, a.out_port) == (b.out_ip, b.out_port) {
             let out = ep_str(a.out_ip, a.out_port, proto);
@@ -311,7 +312,7 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
     let hold_limit = cfg.hold_down_s.saturating_add(held_margin_s(o));
     for (idx, w) in words.iter().enumerate() {
         let v = w.load(Ordering::Acquire);
-        let st = v >> PORT_STATE_SHIFT;
+        let st = port_state(v);
         if v == 0 || (st != PORT_USED && st != PORT_HELD && st != PORT_STATIC) {
             continue;
         }
@@ -331,14 +332,14 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
                 }
             }
         }
-        let (in_ip, in_port_be) = (port_word_ip(v), (v as u16).to_be());
+        let (in_ip, in_port_be) = (port_word_ip(v), word_port(v).to_be());
         let key = ek(in_ip, in_port_be, proto);
         match st {
             PORT_USED => {
                 ck.port_words_used += 1;
                 if det || is_home_word(&cfg, idx, v) {
                     ck.walk_mappings += 1;
-                    let nsess = ((v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX) as u32;
+                    let nsess = word_nsess(v);
                     let m = Map {
                         out_ip,
                         out_port: (port as u16).to_be(),
@@ -412,39 +413,13 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
             }
             _ => {
                 ck.port_words_held += 1;
-                let released = v as u32;
+                let released = held_since(v);
                 let age = now_s.wrapping_sub(released) as i32;
                 if age <= 0 || age as u32 <= hold_limit {
                     continue;
                 }
                 // a walk range keeps a HELD word a live walk passes
-                let needed = if det {
-                    det_first(&cfg, port).is_some_and(|first| {
-                        let n = u32::from(cfg.det_ports);
-                        range_word_needed(
-                            words,
-                            idx,
-                            first,
-                            n,
-                            u32::from(cfg.det_probe).min(n / 2),
-                            |ip, pi, pt| det_start(&cfg, ip, pi, pt, first),
-                        )
-                    })
-                } else {
-                    block.is_some_and(|(gid, first)| {
-                        let owner = blocks.get(gid as usize).map_or(0, |b| b.load(Ordering::Acquire) as u32);
-                        owner != 0
-                            && walk_home(&cfg, owner) == Some(gid)
-                            && range_word_needed(
-                                words,
-                                idx,
-                                first,
-                                bs,
-                                cfg.home_probe.min(bs / 2),
-                                |ip, pi, pt| home_start(&cfg, ip, pi, pt, first),
-                            )
-                    })
-                };
+                let needed = ports::walk_needs(&cfg, words, blocks, idx);
                 if !needed {
                     p.push(
                         "held_past_hold_down",
@@ -711,10 +686,10 @@ pub fn check_once(t: &Tables, o: &Options) -> Result<Report, TableError> {
 }
 
 fn word_str(v: u64, proto: u8) -> String {
-    match v >> PORT_STATE_SHIFT {
+    match port_state(v) {
         PORT_FREE => "FREE".into(),
-        PORT_USED => format!("USED for {}", ep_str(port_word_ip(v), (v as u16).to_be(), proto)),
+        PORT_USED => format!("USED for {}", ep_str(port_word_ip(v), word_port(v).to_be(), proto)),
         PORT_HELD => format!("HELD since second {}", v as u32),
-        _ => format!("STATIC for {}", ep_str(port_word_ip(v), (v as u16).to_be(), proto)),
+        _ => format!("STATIC for {}", ep_str(port_word_ip(v), word_port(v).to_be(), proto)),
     }
 }

@@ -18,18 +18,17 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::abi::{
-    port_tag, BLOCK_USED_ONE, CF_EXCLUSIONS, CF_HAIRPIN, CF_PORT_CLASS, CF_PORT_PARITY, CF_STATICS,
-    CF_SUBNET_TRIE, CTL_STATIC_ADD, CTL_STATIC_DEL, FILTER_ADF, FILTER_APDF, FILTER_EIF, IFROLE_DIRECT,
-    MF_STATIC, NPROTO, POOL_RUNS, PORTS_PER_ADDR, PORT_HELD, PORT_IP_SHIFT, PORT_STATE_SHIFT, PORT_STATIC,
-    ROLE_INSIDE, ROLE_OUTSIDE, SUBNETS, TICK_SHIFT,
+    CF_EXCLUSIONS, CF_HAIRPIN, CF_PORT_CLASS, CF_PORT_PARITY, CF_STATICS, CF_SUBNET_TRIE, FILTER_ADF,
+    FILTER_APDF, FILTER_EIF, IFROLE_DIRECT, MF_STATIC, NPROTO, POOL_RUNS, PORTS_PER_ADDR, ROLE_INSIDE,
+    ROLE_OUTSIDE, SUBNETS, TICK_SHIFT,
 };
 use crate::config::{Config, Filtering, XdpMode};
+use crate::expiry::CtlBatch;
 use crate::skel::types::{
-    nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_reap_args, nx_static_map,
-    nx_subnet,
+    nx_clock, nx_config, nx_iface, nx_lpm_key, nx_map_key, nx_pool_run, nx_static_map, nx_subnet,
 };
 use crate::skel::{NatrixSkel, NatrixSkelBuilder};
-use crate::tables::{bytes_of, read_pod, MmapWords, Tables, MAP_NAMES};
+use crate::tables::{ports, Tables, MAP_NAMES};
 
 /// Values of `enum nx_iface_role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -639,7 +638,7 @@ impl Dataplane {
             .nx_clock
             .test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })
             .map_err(bpf("running nx_clock"))?;
-        let c: nx_clock = read_pod(&ctx);
+        let c: nx_clock = bytemuck::pod_read_unaligned(&ctx);
         Ok(crate::clock::Sample { jiffies: c.jiffies, mono_ns: c.mono_ns })
     }
 
@@ -649,14 +648,15 @@ impl Dataplane {
         let m = &self.skel.maps.nx_excl;
         for net in &cfg.exclude {
             let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
-            m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
+            m.update(bytemuck::bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
         }
         // nat.subscribers beyond what nx_config holds (NX_CF_SUBNET_TRIE)
         if cfg.nat.deterministic.is_none() && cfg.nat.subscribers.len() > SUBNETS {
             let m = &self.skel.maps.nx_subnets;
             for net in &cfg.nat.subscribers {
                 let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
-                m.update(bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_subnets"))?;
+                m.update(bytemuck::bytes_of(&key), &[1u8], MapFlags::ANY)
+                    .map_err(bpf("filling nx_subnets"))?;
             }
         }
         Ok(())
@@ -677,9 +677,9 @@ impl Dataplane {
             let Some(addr_idx) = pool.iter().position(|a| a == f.outside.ip()) else { continue };
             let (in_ip, in_port) = (ip_be(*f.inside.ip()), f.inside.port());
             let key = nx_map_key { in_ip, in_port: in_port.to_be(), proto: f.proto, pad: 0 };
-            wanted.insert(crate::tables::bytes_of(&key).to_vec());
-            let idx = crate::tables::port_index(addr_idx as u32, f.proto, f.outside.port());
-            let word = port_tag(PORT_STATIC) | ((in_ip as u64) << PORT_IP_SHIFT) | in_port as u64;
+            wanted.insert(bytemuck::bytes_of(&key).to_vec());
+            let idx = ports::port_index(addr_idx as u32, f.proto, f.outside.port());
+            let word = ports::static_word(in_ip, in_port);
             let cur = t.port_word(addr_idx as u32, f.proto, f.outside.port())?;
             let existing = t.mapping(&key)?;
             let ours = existing.is_some_and(|m| m.flags & MF_STATIC != 0);
@@ -688,18 +688,14 @@ impl Dataplane {
                 continue;
             }
             if !ours {
-                let mut a = nx_reap_args { op: CTL_STATIC_ADD, n: 1, ..Default::default() };
-                // SAFETY: writing the union member the op names.
-                unsafe {
-                    a.__anon_nx_reap_args_1.statics[0] = nx_static_map {
-                        key,
-                        out_ip: ip_be(*f.outside.ip()),
-                        out_port: f.outside.port().to_be(),
-                        pad: 0,
-                    }
-                };
+                let mut a = CtlBatch::static_add(&nx_static_map {
+                    key,
+                    out_ip: ip_be(*f.outside.ip()),
+                    out_port: f.outside.port().to_be(),
+                    pad: 0,
+                });
                 self.ctl(&mut a)?;
-                if a.deleted != 1 {
+                if a.deleted() != 1 {
                     return Err(DataplaneError::Bpf {
                         what: "adding a static forward: the mapping table refused it (full?)".into(),
                         source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(libc::ENOSPC)),
@@ -707,24 +703,19 @@ impl Dataplane {
                 }
             }
             if cur != word {
-                t.ports
-                    .update(&idx.to_ne_bytes(), &word.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(bpf("adding a static forward"))?;
+                ports::set_static(t, idx, word).map_err(bpf("adding a static forward"))?;
             }
         }
         // forwards that are no longer configured
         let now_s = (crate::tables::now_ns() / 1_000_000_000) as u32;
         for (k, m) in t.mappings()? {
-            if m.flags & MF_STATIC == 0 || wanted.contains(bytes_of(&k)) {
+            if m.flags & MF_STATIC == 0 || wanted.contains(bytemuck::bytes_of(&k)) {
                 continue;
             }
-            let mut a = nx_reap_args { op: CTL_STATIC_DEL, n: 1, ..Default::default() };
-            // SAFETY: writing the union member the op names.
-            unsafe { a.__anon_nx_reap_args_1.maps[0] = k };
-            self.ctl(&mut a)?;
+            self.ctl(&mut CtlBatch::static_del(&k))?;
             if let Some(addr_idx) = pool.iter().position(|a| ip_be(*a) == m.out_ip) {
-                let idx = crate::tables::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
-                self.hold_static_port(idx, addr_idx as u32, u16::from_be(m.out_port), now_s)?;
+                let idx = ports::port_index(addr_idx as u32, k.proto, u16::from_be(m.out_port));
+                ports::hold_static(t, idx, now_s)?;
             }
             info!(inside = %format!("{}:{}", ip_from_be(k.in_ip), u16::from_be(k.in_port)), "static forward removed");
         }
@@ -737,39 +728,9 @@ impl Dataplane {
         Ok(pending)
     }
 
-    /// A removed static forward's port goes on hold-down like any released port: STATIC →
-    /// HELD, and counted in its block (every HELD word is: the sweep counts the block down
-    /// when it frees the word, and a STATIC word was never counted), so the block is
-    /// neither handed out meanwhile nor counted below zero afterwards.
-    fn hold_static_port(&self, idx: u32, addr_idx: u32, port: u16, now_s: u32) -> Result<()> {
-        use std::sync::atomic::Ordering;
-        let t = &self.tables;
-        let cfg = t.config()?;
-        let ports = MmapWords::new(&t.ports, "nx_ports")?;
-        let blocks = MmapWords::new(&t.blocks, "nx_blocks")?;
-        let Some(w) = ports.words().get(idx as usize) else { return Ok(()) };
-        let v = w.load(Ordering::Acquire);
-        if v >> PORT_STATE_SHIFT != PORT_STATIC {
-            return Ok(());
-        }
-        let held = port_tag(PORT_HELD) | now_s as u64;
-        if let Some((gid, _)) = crate::tables::block_of(&cfg, addr_idx, u32::from(port)) {
-            if let Some(b) = blocks.words().get(gid as usize) {
-                // counted first: a sweep that frees the word right after finds it counted
-                b.fetch_add(BLOCK_USED_ONE, Ordering::AcqRel);
-                if w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-                    b.fetch_sub(BLOCK_USED_ONE, Ordering::AcqRel);
-                }
-                return Ok(());
-            }
-        }
-        let _ = w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed);
-        Ok(())
-    }
-
     /// Runs one batch of the control program (nx_ctl: expiry, static mappings): table
     /// writes go through the data plane's own insert and delete code.
-    fn ctl(&self, a: &mut nx_reap_args) -> Result<()> {
+    fn ctl(&self, a: &mut CtlBatch) -> Result<()> {
         let buf = libbpf_rs::MapHandle::try_from(&self.skel.maps.nx_reap_buf).map_err(bpf("nx_reap_buf"))?;
         crate::expiry::Reaper { prog: &self.skel.progs.nx_ctl, buf: &buf }
             .reap(a)
@@ -793,13 +754,13 @@ impl Dataplane {
                 *slot = mac_word(*m);
             }
             v.nmacs = i.macs.len().min(v.macs.len()) as u32;
-            t.ifaces.update(&k, bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
+            t.ifaces.update(&k, bytemuck::bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
             if i.ifindex < IFROLE_DIRECT {
                 // NX_IFROLE_DIRECT: this instance's own array, read per packet
                 self.skel
                     .maps
                     .nx_ifrole
-                    .update(&k, bytes_of(&v), MapFlags::ANY)
+                    .update(&k, bytemuck::bytes_of(&v), MapFlags::ANY)
                     .map_err(bpf("filling nx_ifrole"))?;
             }
             t.tx.update(&k, &k, MapFlags::ANY)

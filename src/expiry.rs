@@ -7,27 +7,28 @@
 //!    when its last session goes (its outside port goes on hold-down);
 //! 2. hands mappings that never got a session and whose own timer ran out to the reaper;
 //! 3. frees held ports whose hold-down is over, and returns empty blocks to the pool, with
-//!    compare-and-swap on the mmapped port and block arrays, as the fast path claims them;
+//!    compare-and-swap on the mmapped port and block arrays, as the fast path claims them
+//!    (the port word's transitions and when they may happen: `tables::ports`);
 //! 4. forgets subscribers that hold no block any more;
 //! 5. points `addr_hint` at the pool address with the most free blocks, which is where the
 //!    next new subscriber goes when its home block (bpf/nx_alloc.h) is taken (the "which
 //!    block" decision for those stays on the CPU side).
 
+use std::mem::offset_of;
 use std::sync::atomic::Ordering;
+
+use bytemuck::Pod;
 
 use libbpf_rs::{MapCore, ProgramInput};
 use tracing::debug;
 
 use crate::abi::{
-    port_tag, BLOCK_USED_ONE, MF_STATIC, PORT_HELD, PORT_NSESS_MAX, PORT_NSESS_SHIFT, PORT_STATE_SHIFT,
-    PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS, REAP_SESSIONS, REAP_SUBS,
+    CTL_STATIC_ADD, CTL_STATIC_DEL, MF_STATIC, PORT_HELD, PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS,
+    REAP_SESSIONS, REAP_SUBS,
 };
-use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key};
-use crate::tables::{
-    block_nsess, block_of, block_used, bytes_of, det_first, det_start, det_word_needed, home_start,
-    is_home_word, now_ns, now_tick, port_index_parts, port_word_ip, read_pod, walk_home, MmapWords,
-    TableError, Tables,
-};
+use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key, nx_static_map};
+use crate::tables::ports::{self, is_home_word, port_index_parts, port_state, word_nsess, Freed};
+use crate::tables::{block_nsess, block_of, block_used, now_ns, now_tick, MmapWords, TableError, Tables};
 
 /// What one sweep did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,73 @@ pub struct SweepReport {
     pub subscribers_removed: u32,
 }
 
+/// One batch for the control program `nx_ctl` (struct nx_reap_args), held as its bytes.
+/// The struct's entries are a union of arrays of different sizes, which is no plain old
+/// data (the bytes beyond the member written are not known to be initialized), so the
+/// batch is written and read at the generated struct's field offsets instead: each entry
+/// array is the union member its operation names, and nothing here is unsafe.
+pub struct CtlBatch {
+    b: Vec<u8>,
+}
+
+impl CtlBatch {
+    fn new<T: Pod>(op: u32, now_s: u32, entries: &[T]) -> Self {
+        assert!(entries.len() <= BATCH, "{} entries, a batch holds {BATCH}", entries.len());
+        let mut c = CtlBatch { b: vec![0u8; std::mem::size_of::<nx_reap_args>()] };
+        c.put(offset_of!(nx_reap_args, op), op);
+        c.put(offset_of!(nx_reap_args, n), entries.len() as u32);
+        c.put(offset_of!(nx_reap_args, now_s), now_s);
+        let e: &[u8] = bytemuck::cast_slice(entries);
+        let at = offset_of!(nx_reap_args, __anon_nx_reap_args_1);
+        c.b[at..at + e.len()].copy_from_slice(e);
+        c
+    }
+
+    /// Expired sessions to delete (NX_REAP_SESSIONS), checked again against the clock.
+    pub fn sessions(now_s: u32, keys: &[nx_sess_key]) -> Self {
+        Self::new(REAP_SESSIONS, now_s, keys)
+    }
+
+    /// Table mappings without sessions whose timer ran out (NX_REAP_MAPPINGS).
+    pub fn mappings(now_s: u32, keys: &[nx_map_key]) -> Self {
+        Self::new(REAP_MAPPINGS, now_s, keys)
+    }
+
+    /// Subscribers (inside addresses as the data plane stores them) holding no block any
+    /// more (NX_REAP_SUBS).
+    pub fn subscribers(now_s: u32, ips: &[u32]) -> Self {
+        Self::new(REAP_SUBS, now_s, ips)
+    }
+
+    /// One static forward's mapping to insert (NX_CTL_STATIC_ADD).
+    pub fn static_add(m: &nx_static_map) -> Self {
+        Self::new(CTL_STATIC_ADD, 0, std::slice::from_ref(m))
+    }
+
+    /// One static forward's mapping to delete (NX_CTL_STATIC_DEL).
+    pub fn static_del(k: &nx_map_key) -> Self {
+        Self::new(CTL_STATIC_DEL, 0, std::slice::from_ref(k))
+    }
+
+    /// Entries the control program deleted (or inserted: NX_CTL_STATIC_ADD).
+    pub fn deleted(&self) -> u32 {
+        self.get(offset_of!(nx_reap_args, deleted))
+    }
+
+    /// Mappings deleted with their last session.
+    pub fn maps_deleted(&self) -> u32 {
+        self.get(offset_of!(nx_reap_args, maps_deleted))
+    }
+
+    fn put(&mut self, at: usize, v: u32) {
+        self.b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    fn get(&self, at: usize) -> u32 {
+        bytemuck::pod_read_unaligned(&self.b[at..at + 4])
+    }
+}
+
 /// The reaper: the control program `nx_ctl` and its batch buffer.
 pub struct Reaper<'a> {
     pub prog: &'a libbpf_rs::ProgramMut<'a>,
@@ -46,15 +114,16 @@ pub struct Reaper<'a> {
 }
 
 impl Reaper<'_> {
-    /// Runs one batch: writes it to nx_reap_buf, runs nx_reap (BPF_PROG_RUN), reads the
-    /// counts back into `args`.
-    pub fn reap(&self, args: &mut nx_reap_args) -> Result<(), libbpf_rs::Error> {
+    /// Runs one batch: writes it to nx_reap_buf, runs nx_ctl (BPF_PROG_RUN), reads the
+    /// counts back into `batch`.
+    pub fn reap(&self, batch: &mut CtlBatch) -> Result<(), libbpf_rs::Error> {
         let zero = 0u32.to_ne_bytes();
-        self.buf.update(&zero, bytes_of(args), libbpf_rs::MapFlags::ANY)?;
+        self.buf.update(&zero, &batch.b, libbpf_rs::MapFlags::ANY)?;
         let mut ctx = [0u8; 8];
         self.prog.test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })?;
         if let Some(v) = self.buf.lookup(&zero, libbpf_rs::MapFlags::ANY)? {
-            *args = read_pod(&v);
+            let n = batch.b.len();
+            batch.b.copy_from_slice(&v[..n]);
         }
         Ok(())
     }
@@ -68,11 +137,6 @@ pub struct Sweeper {
     /// mode) seen USED with no session at the last sweep.
     idle_last: std::collections::HashSet<(usize, u64)>,
 }
-
-/// Seconds a HELD word's hold-down must be over before the daemon may free it: the fast
-/// path claims such a word from `hold` seconds on, so by then no walk passes it without
-/// taking it (bpf/nx_det.h).
-const DET_FREE_MARGIN_S: u32 = 2;
 
 fn mono_secs() -> u32 {
     (now_ns() / 1_000_000_000) as u32
@@ -98,13 +162,10 @@ impl Sweeper {
         let cands: Vec<nx_sess_key> =
             t.sessions()?.into_iter().filter(|(_, s)| expired(s.expire)).map(|(k, _)| k).collect();
         for chunk in cands.chunks(BATCH) {
-            let mut a =
-                nx_reap_args { op: REAP_SESSIONS, n: chunk.len() as u32, now_s, ..Default::default() };
-            // SAFETY: writing the union's session view; the op field says which view.
-            unsafe { a.__anon_nx_reap_args_1.sess[..chunk.len()].copy_from_slice(chunk) };
+            let mut a = CtlBatch::sessions(now_s, chunk);
             self.run(reaper, &mut a)?;
-            r.sessions_expired += a.deleted;
-            r.mappings_released += a.maps_deleted;
+            r.sessions_expired += a.deleted();
+            r.mappings_released += a.maps_deleted();
         }
 
         let cfg = t.config()?;
@@ -126,12 +187,9 @@ impl Sweeper {
             .map(|(k, _)| k)
             .collect();
         for chunk in cands.chunks(BATCH) {
-            let mut a =
-                nx_reap_args { op: REAP_MAPPINGS, n: chunk.len() as u32, now_s, ..Default::default() };
-            // SAFETY: as above, the mapping view.
-            unsafe { a.__anon_nx_reap_args_1.maps[..chunk.len()].copy_from_slice(chunk) };
+            let mut a = CtlBatch::mappings(now_s, chunk);
             self.run(reaper, &mut a)?;
-            r.mappings_released += a.maps_deleted;
+            r.mappings_released += a.maps_deleted();
         }
 
         // 3. hold-down over: free the port, then the block if it became empty. In a block
@@ -139,61 +197,29 @@ impl Sweeper {
         // nx_home.h): a HELD word there is freed only by a margin after its hold-down and
         // when no live walk passes it, and a mapping that never got a session goes on
         // hold-down after two sweeps, as in deterministic mode.
-        let (bpa, bs) = (cfg.blocks_per_addr as u32, cfg.block_size as u32);
-        let hold = cfg.hold_down_s;
-        let probe = cfg.home_probe.min(bs / 2);
+        let bpa = cfg.blocks_per_addr as u32;
         let blocks = self.blocks.words();
         let words = self.ports.words();
         let mut idle_now = std::collections::HashSet::new();
         for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
-            let state = v >> PORT_STATE_SHIFT;
-            if state == PORT_USED
-                && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0
-                && is_home_word(&cfg, idx, v)
-            {
+            let state = port_state(v);
+            if state == PORT_USED && word_nsess(v) == 0 && is_home_word(&cfg, idx, v) {
                 r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
                 continue;
             }
-            if state != PORT_HELD {
-                continue;
-            }
-            let released = v as u32;
-            if now_s.wrapping_sub(released) < hold {
+            if state != PORT_HELD || !ports::may_free(&cfg, words, blocks, idx, v, now_s) {
                 continue;
             }
             let (addr_idx, _, port) = port_index_parts(idx);
-            let block = block_of(&cfg, addr_idx, u32::from(port));
-            if let Some((gid, first)) = block {
-                let owner = blocks.get(gid as usize).map_or(0, |b| b.load(Ordering::Relaxed) as u32);
-                if owner != 0 && walk_home(&cfg, owner) == Some(gid) {
-                    if now_s.wrapping_sub(released) < hold.saturating_add(DET_FREE_MARGIN_S)
-                        || (now_s.wrapping_sub(released) as i32) < 0
-                    {
-                        continue;
-                    }
-                    let needed = range_word_needed(words, idx, first, bs, probe, |ip, pidx, p| {
-                        home_start(&cfg, ip, pidx, p, first)
-                    });
-                    if needed {
-                        continue;
-                    }
-                }
-            }
-            if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-                continue;
-            }
-            r.ports_freed += 1;
-            let Some((gid, _)) = block else { continue };
-            if let Some(b) = blocks.get(gid as usize) {
-                let after = b.fetch_sub(BLOCK_USED_ONE, Ordering::AcqRel) - BLOCK_USED_ONE;
-                // (a home block that still counts sessions of its owner stays its owner's)
-                if block_used(after) == 0 && after as u32 != 0 && block_nsess(after) == 0 {
-                    // owned and empty: back to the pool, unless the fast path reserved it
-                    // again meanwhile (then the exchange fails and the owner keeps it)
-                    if b.compare_exchange(after, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                        r.blocks_released += 1;
-                    }
+            let block =
+                block_of(&cfg, addr_idx, u32::from(port)).and_then(|(gid, _)| blocks.get(gid as usize));
+            match ports::free_held(w, v, block) {
+                Freed::No => {}
+                Freed::Port => r.ports_freed += 1,
+                Freed::PortAndBlock => {
+                    r.ports_freed += 1;
+                    r.blocks_released += 1;
                 }
             }
         }
@@ -234,11 +260,9 @@ impl Sweeper {
             .map(|(ip, _)| ip)
             .collect();
         for chunk in gone.chunks(BATCH) {
-            let mut a = nx_reap_args { op: REAP_SUBS, n: chunk.len() as u32, now_s, ..Default::default() };
-            // SAFETY: the union's subscriber view, as op says.
-            unsafe { a.__anon_nx_reap_args_1.subs[..chunk.len()].copy_from_slice(chunk) };
+            let mut a = CtlBatch::subscribers(now_s, chunk);
             self.run(reaper, &mut a)?;
-            r.subscribers_removed += a.deleted;
+            r.subscribers_removed += a.deleted();
         }
 
         // 5. where the next subscriber whose home block is taken goes
@@ -267,7 +291,7 @@ impl Sweeper {
     }
 
     /// Deterministic mode (bpf/nx_det.h), each sweep:
-    /// - a HELD word whose hold-down is over (by DET_FREE_MARGIN_S) becomes FREE, unless a
+    /// - a HELD word whose hold-down is over (by ports::FREE_MARGIN_S) becomes FREE, unless a
     ///   live mapping's walk passes it: the walk stops at the first FREE word, so freeing
     ///   such a word would hide that mapping (linear probing's deletion rule). It stays
     ///   HELD, claimable by the next new mapping whose walk reaches it;
@@ -275,68 +299,27 @@ impl Sweeper {
     ///   session could not be made) goes on hold-down.
     fn det_ports(&mut self, cfg: &nx_config, now_s: u32, r: &mut SweepReport) {
         let words = self.ports.words();
-        let hold = cfg.hold_down_s.saturating_add(DET_FREE_MARGIN_S);
-        let n = u32::from(cfg.det_ports);
-        let probe = u32::from(cfg.det_probe).min(n / 2);
         let mut idle_now = std::collections::HashSet::new();
         for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
-            let state = v >> PORT_STATE_SHIFT;
-            if state == PORT_USED && (v >> PORT_NSESS_SHIFT) & PORT_NSESS_MAX == 0 {
+            let state = port_state(v);
+            if state == PORT_USED && word_nsess(v) == 0 {
                 r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
                 continue;
             }
-            if state != PORT_HELD
-                || now_s.wrapping_sub(v as u32) < hold
-                || (now_s.wrapping_sub(v as u32) as i32) < 0
+            if state == PORT_HELD
+                && ports::may_free(cfg, words, &[], idx, v, now_s)
+                && ports::free_held(w, v, None) != Freed::No
             {
-                continue;
-            }
-            let port = u32::from(port_index_parts(idx).2);
-            let Some(first) = det_first(cfg, port) else {
-                // outside every range (never claimed in this mode): nothing walks past it
-                if w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                    r.ports_freed += 1;
-                }
-                continue;
-            };
-            let needed = range_word_needed(words, idx, first, n, probe, |ip, pidx, p| {
-                det_start(cfg, ip, pidx, p, first)
-            });
-            if !needed && w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 r.ports_freed += 1;
             }
         }
         self.idle_last = idle_now;
     }
 
-    fn run(&self, reaper: &Reaper<'_>, a: &mut nx_reap_args) -> Result<(), TableError> {
+    fn run(&self, reaper: &Reaper<'_>, a: &mut CtlBatch) -> Result<(), TableError> {
         reaper.reap(a).map_err(|source| TableError::Map { map: "nx_ctl", source })
     }
-}
-
-/// Whether the HELD word at nx_ports index `idx`, in a range of `n` ports from port
-/// `first` whose words are mappings found by walks (a deterministic range, a home block),
-/// must stay HELD: some live mapping's walk passes it (`det_word_needed`). `start(ip,
-/// pidx, port)` is where an endpoint's walk starts in the range.
-pub fn range_word_needed(
-    words: &[std::sync::atomic::AtomicU64],
-    idx: usize,
-    first: u32,
-    n: u32,
-    probe: u32,
-    start: impl Fn(u32, u32, u16) -> u32,
-) -> bool {
-    let (_, pidx, port) = port_index_parts(idx);
-    let k = u32::from(port) - first;
-    let base = idx - k as usize;
-    det_word_needed(
-        k,
-        n,
-        probe,
-        |o| words[base + o as usize].load(Ordering::Relaxed),
-        |rv| start(port_word_ip(rv), pidx, rv as u16),
-    )
 }
 
 /// A port word that is a mapping, USED with no session (`v`, at index `idx`): put on
@@ -350,10 +333,7 @@ fn idle_word(
     v: u64,
     now_s: u32,
 ) -> bool {
-    let held = port_tag(PORT_HELD) | now_s as u64;
-    if idle_last.contains(&(idx, v))
-        && w.compare_exchange(v, held, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-    {
+    if idle_last.contains(&(idx, v)) && ports::hold_idle(w, v, now_s) {
         return true;
     }
     idle_now.insert((idx, v));

@@ -16,7 +16,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use tracing::debug;
 
 use crate::skel::types::{nx_frag, nx_frag_key};
-use crate::tables::{bytes_of, now_tick, read_pod};
+use crate::tables::{now_tick, value};
 
 /// Size of `struct nx_frag_hold` up to its data (key + len).
 const HOLD_HDR: usize = std::mem::size_of::<nx_frag_key>() + 4;
@@ -88,7 +88,7 @@ impl FragHolder {
         if rec.len() < HOLD_HDR {
             return;
         }
-        let key: nx_frag_key = read_pod(rec);
+        let key: nx_frag_key = bytemuck::pod_read_unaligned(&rec[..std::mem::size_of::<nx_frag_key>()]);
         let len = u32::from_ne_bytes(rec[HOLD_HDR - 4..HOLD_HDR].try_into().expect("4 bytes")) as usize;
         let Some(packet) = rec.get(HOLD_HDR..HOLD_HDR + len) else { return };
         if self.held.len() >= self.max_held {
@@ -104,8 +104,11 @@ impl FragHolder {
         let tick = now_tick();
         let mut keep = VecDeque::with_capacity(self.held.len());
         while let Some(mut h) = self.held.pop_front() {
-            let rec =
-                frags.lookup(bytes_of(&h.key), MapFlags::ANY).ok().flatten().map(|v| read_pod::<nx_frag>(&v));
+            let rec = frags
+                .lookup(bytemuck::bytes_of(&h.key), MapFlags::ANY)
+                .ok()
+                .flatten()
+                .map(|v| value::<nx_frag>(&v).expect("an nx_frag"));
             match rec {
                 Some(r) if (r.expire.wrapping_sub(tick) as i32) > 0 => {
                     translate(&mut h.packet, r.in_ip);

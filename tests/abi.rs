@@ -16,8 +16,8 @@ use natrix::config::Config;
 use natrix::dataplane::{Dataplane, Persistence};
 use natrix::skel::types::{nx_abi_probe, nx_config, nx_map_key, nx_sess_key};
 use natrix::tables::{
-    bytes_of, det_start, home_block, home_start, is_home_word, map_k0, port_index_pidx, proto_idx, read_pod,
-    sess_k0, sess_k1, sub_home, tab_hash, tab_home,
+    det_start, home_block, home_start, is_home_word, map_k0, port_index_pidx, proto_idx, sess_k0, sess_k1,
+    sub_home, tab_hash, tab_home,
 };
 
 /// Random inputs per run of the comparison.
@@ -47,7 +47,7 @@ fn random_config(r: &mut Rng) -> nx_config {
 }
 
 fn probe(dp: &Dataplane, p: &mut nx_abi_probe) {
-    let mut ctx = bytes_of(p).to_vec();
+    let mut ctx = bytemuck::bytes_of(p).to_vec();
     let out = dp
         .skel
         .progs
@@ -55,7 +55,7 @@ fn probe(dp: &Dataplane, p: &mut nx_abi_probe) {
         .test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })
         .expect("expected nx_abi_probe to run");
     assert_eq!(out.return_value, 0, "nx_abi_probe's return value");
-    *p = read_pod(&ctx);
+    *p = bytemuck::pod_read_unaligned(&ctx);
 }
 
 fn load() -> Dataplane {

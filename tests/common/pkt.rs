@@ -28,7 +28,7 @@ use natrix::config::Config;
 use natrix::dataplane::{self, ip_be, Dataplane, Persistence};
 use natrix::expiry::{Reaper, SweepReport, Sweeper};
 use natrix::skel::types::{nx_map, nx_map_key, nx_sess, nx_sess_key, nx_sub, xdp_md};
-use natrix::tables::{bytes_of, stat_index, STATS};
+use natrix::tables::{stat_index, STATS};
 
 // ---- verdicts, protocols ---------------------------------------------------------------
 
@@ -535,7 +535,7 @@ impl Env {
             ingress_ifindex: self.ifindex(side),
             ..Default::default()
         };
-        let mut ctx_bytes = bytes_of(&ctx).to_vec();
+        let mut ctx_bytes = bytemuck::bytes_of(&ctx).to_vec();
         let mut out = vec![0u8; data.len() + 512];
         let input = ProgramInput {
             context_in: Some(&mut ctx_bytes),
