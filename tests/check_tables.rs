@@ -283,8 +283,8 @@ fn cli_on_pinned_tables() {
             .output()
             .expect("run natrix check-tables")
     };
-    let ns = Netns::create();
-    let name = ns.name.clone();
+    let ns = pkt_netns();
+    let name = ns.name().to_owned();
     let pin2 = pin.clone();
     let res = std::thread::scope(|s| {
         s.spawn(move || {

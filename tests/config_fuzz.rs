@@ -91,7 +91,7 @@ const KEYS: &[(&str, &[&str])] = &[
     ("daemon", &["pin_path", "sweep_interval"]),
 ];
 
-/// What tests/common/netns.rs's `Conf::demo` renders.
+/// What tests/common/netns/topo.rs's `Conf::demo` renders.
 const DEMO: &str = r#"[interfaces]
 inside = ["lan0", "lan1"]
 outside = ["wan0"]

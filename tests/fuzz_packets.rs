@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
+use common::netns::{end, veth};
 use common::pkt::*;
 use common::rng::Rng;
 use natrix::dataplane::ip_from_be;
@@ -250,7 +251,7 @@ fn mutated_frames_keep_state_consistent() {
         // both programs attached somewhere (generic XDP on a veth pair that carries no
         // traffic): a test run of a program attached nowhere may swap it into the kernel's
         // XDP dispatcher and out again, an RCU wait each (bench/src/gen.rs, park)
-        env.ip(&["link", "add", "fzp0", "type", "veth", "peer", "name", "fzp1"]);
+        veth(end(&env.ns, "fzp0"), end(&env.ns, "fzp1"));
         let skb = natrix::dataplane::XDP_FLAGS_SKB_MODE;
         let ifi = |n: &str| {
             let c = std::ffi::CString::new(n).expect("a name without NUL");

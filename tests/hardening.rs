@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //! The data plane's hardening end to end, with real traffic through the `natrix` binary in
-//! namespaces (tests/common/netns.rs): the per-subscriber session limit under an inbound and
+//! namespaces (tests/common/netns/): the per-subscriber session limit under an inbound and
 //! an outbound flood (limits.max_sessions_per_subscriber, drops.session_quota), spoofed
 //! sources outside nat.subscribers (not_subscriber), the ICMP code of a refusal
 //! (nat.unreachable_code), frames addressed to another MAC or to a virtual one
@@ -13,7 +13,7 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use common::netns::*;
@@ -110,24 +110,6 @@ fn icmp_echo(id: u16, seq: u16) -> Vec<u8> {
     d
 }
 
-fn set_rcvtimeo(fd: &OwnedFd, t: Duration) {
-    let tv = libc::timeval {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_usec: t.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: a valid fd and timeval.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as u32,
-        )
-    };
-    assert_eq!(rc, 0, "SO_RCVTIMEO: {}", std::io::Error::last_os_error());
-}
-
 /// recv(2) into `buf`; None on timeout.
 fn recv_fd(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
     // SAFETY: a valid buffer of the length passed.
@@ -153,14 +135,7 @@ struct IcmpError {
 /// `socket(AF_INET, SOCK_RAW, IPPROTO_ICMP)` in `ns`: a copy of every ICMP packet the
 /// namespace receives, IP header included.
 fn icmp_listener(ns: &str) -> OwnedFd {
-    let fd = in_netns(ns, || {
-        // SAFETY: plain socket(2).
-        let fd =
-            unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) };
-        assert!(fd >= 0, "{ns}: raw ICMP socket: {}", std::io::Error::last_os_error());
-        // SAFETY: a fresh fd we own.
-        unsafe { OwnedFd::from_raw_fd(fd) }
-    });
+    let fd = socket_in(ns, libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP);
     set_rcvtimeo(&fd, Duration::from_millis(100));
     fd
 }
@@ -198,85 +173,6 @@ fn icmp_errors(fd: &OwnedFd, window: Duration, max: usize) -> Vec<IcmpError> {
 }
 
 // ---------------------------------------------------------------------------------------
-// packet capture (AF_PACKET)
-
-/// An IPv4 packet a namespace received.
-#[derive(Debug, Clone)]
-#[allow(dead_code)]
-struct Captured {
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    proto: u8,
-    len: usize,
-}
-
-/// Every IPv4 packet `ns` RECEIVES (not what it sends) from now until `window` has passed
-/// since [`Capture::finish_after`] (or 60 s in all).
-struct Capture {
-    stop_at: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
-    handle: std::thread::JoinHandle<Vec<Captured>>,
-}
-
-impl Capture {
-    fn start(ns: &str) -> Self {
-        let fd = in_netns(ns, || {
-            let proto = (libc::ETH_P_IP as u16).to_be() as i32;
-            // SAFETY: plain socket(2).
-            let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, proto) };
-            assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
-            // SAFETY: a fresh fd we own.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        });
-        set_rcvtimeo(&fd, Duration::from_millis(100));
-        let stop_at = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
-        let stop2 = std::sync::Arc::clone(&stop_at);
-        let handle = std::thread::spawn(move || {
-            let hard = Instant::now() + Duration::from_secs(60);
-            let mut got = Vec::new();
-            let mut buf = vec![0u8; 65536];
-            while got.len() < 100_000 {
-                let now = Instant::now();
-                if now >= hard || stop2.lock().unwrap().is_some_and(|t| now >= t) {
-                    break;
-                }
-                // SAFETY: zeroed sockaddr_ll is valid; buffers sized as passed.
-                let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-                let mut slen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-                // SAFETY: as above.
-                let n = unsafe {
-                    libc::recvfrom(
-                        fd.as_raw_fd(),
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        0,
-                        (&mut sll as *mut libc::sockaddr_ll).cast(),
-                        &mut slen,
-                    )
-                };
-                if n < 20 || sll.sll_pkttype == libc::PACKET_OUTGOING {
-                    continue;
-                }
-                let p = &buf[..n as usize];
-                got.push(Captured {
-                    src: Ipv4Addr::new(p[12], p[13], p[14], p[15]),
-                    dst: Ipv4Addr::new(p[16], p[17], p[18], p[19]),
-                    proto: p[9],
-                    len: n as usize,
-                });
-            }
-            got
-        });
-        Capture { stop_at, handle }
-    }
-
-    /// Keeps capturing for `window` more, then returns everything received.
-    fn finish_after(self, window: Duration) -> Vec<Captured> {
-        *self.stop_at.lock().unwrap() = Some(Instant::now() + window);
-        self.handle.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Ethernet frames
 
 fn parse_mac(s: &str) -> [u8; 6] {
@@ -286,7 +182,7 @@ fn parse_mac(s: &str) -> [u8; 6] {
 
 /// The MAC of `dev` in namespace `ns`.
 fn mac_of(ns: &str, dev: &str) -> [u8; 6] {
-    let out = sh(&["ip", "-n", ns, "link", "show", dev]);
+    let out = ns_ip(ns, &["link", "show", dev]);
     let w = out
         .split_whitespace()
         .skip_while(|w| *w != "link/ether")
@@ -298,18 +194,15 @@ fn mac_of(ns: &str, dev: &str) -> [u8; 6] {
 /// An AF_PACKET raw socket in `ns` that writes whole Ethernet frames out of `dev`; with
 /// the interface index.
 fn packet_socket(ns: &str, dev: &str) -> (OwnedFd, i32) {
-    let dev = dev.to_owned();
-    in_netns(ns, move || {
-        let cname = std::ffi::CString::new(dev.clone()).unwrap();
+    let ifindex = in_netns(ns, || {
+        let cname = std::ffi::CString::new(dev).unwrap();
         // SAFETY: a NUL-terminated name.
-        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
-        assert!(ifindex > 0, "no interface {dev}");
-        // SAFETY: plain socket(2); protocol 0: send only.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        assert!(fd >= 0, "AF_PACKET raw socket: {}", std::io::Error::last_os_error());
-        // SAFETY: a fresh fd we own.
-        (unsafe { OwnedFd::from_raw_fd(fd) }, ifindex)
-    })
+        let i = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+        i as i32
+    });
+    assert!(ifindex > 0, "no interface {dev}");
+    // protocol 0: send only
+    (socket_in(ns, libc::AF_PACKET, libc::SOCK_RAW, 0), ifindex)
 }
 
 /// Writes `ip` as an Ethernet frame from `src` to `dst` out of interface `ifindex`.
@@ -779,7 +672,7 @@ fn jumbo_fragments_out_of_order_arrive_whole() {
         t.set_gw_mtu(dev, 9000);
     }
     for ns in [t.s1.clone(), t.srv.clone()] {
-        sh(&["ip", "-n", &ns, "link", "set", "eth0", "mtu", "9000"]);
+        ns_ip(&ns, &["link", "set", "eth0", "mtu", "9000"]);
     }
     let mut conf = t.conf();
     // Native XDP on veth refuses an MTU above ~3.5 KB for a program without multi-buffer
@@ -857,7 +750,7 @@ fn virtual_mac_frame_with_unresolved_next_hop_is_forwarded() {
     let s1_mac = mac_of(&s1, "eth0");
     let lan0_mac = mac_of(&t.gw, "lan0");
     let (pkt_sock, ifindex) = packet_socket(&s1, "eth0");
-    let neigh0 = sh(&["ip", "-n", &t.gw, "neigh", "show", "dev", "wan0"]);
+    let neigh0 = ns_ip(&t.gw, &["neigh", "show", "dev", "wan0"]);
     let st0 = t.stats();
 
     // three datagrams of one flow to the virtual MAC, 300 ms apart
@@ -878,7 +771,7 @@ fn virtual_mac_frame_with_unresolved_next_hop_is_forwarded() {
         }
     }
     let st1 = t.stats();
-    let neigh1 = sh(&["ip", "-n", &t.gw, "neigh", "show", "dev", "wan0"]);
+    let neigh1 = ns_ip(&t.gw, &["neigh", "show", "dev", "wan0"]);
 
     // the same flow's next datagram to lan0's own MAC: the kernel forwards it (and ARPs)
     let udp = udp_datagram(vsrc, srv_addr, b"own MAC");

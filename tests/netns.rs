@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //! End to end, with real traffic: the `natrix` binary runs in a gateway namespace between two
-//! subscriber namespaces and a server namespace (tests/common/netns.rs), and every test checks
+//! subscriber namespaces and a server namespace (tests/common/netns/), and every test checks
 //! what actually arrived, what the far end saw as the peer address, and the state natrix
 //! shows afterwards.
 //!
@@ -89,10 +89,9 @@ fn ping_from_both_subscribers_is_translated() {
     assert_eq!(ping(&srv, Ipv4Addr::new(198, 51, 100, 1), 1), 1, "the gateway's outside address");
     // TTL 1 expires at the gateway (its kernel answers), TTL 2 reaches the server
     let ping_ttl = |ttl: &str| {
-        run_timeout(
-            std::process::Command::new("ip")
-                .args(["netns", "exec", &s1, "ping", "-n", "-c", "1", "-W", "1", "-t", ttl])
-                .arg(SERVER_IP.to_string()),
+        ns_exec(
+            &s1,
+            &["ping", "-n", "-c", "1", "-W", "1", "-t", ttl, &SERVER_IP.to_string()],
             Duration::from_secs(5),
         )
     };
@@ -119,23 +118,13 @@ fn fib_cache_follows_a_next_hop_change_under_traffic() {
     let (s1, gw) = (t.s1.clone(), t.gw.clone());
     assert_eq!(ping(&s1, SERVER_IP, 3), 3, "before the change: ping through natrix lost replies");
     let before = t.stats().counter("fib_lookups");
-    let link = sh(&["ip", "-n", &t.srv, "-br", "link", "show", "eth0"]);
+    let link = ns_ip(&t.srv, &["-br", "link", "show", "eth0"]);
     let mac = link.split_whitespace().nth(2).expect("the server's MAC").to_string();
     let neigh = |lladdr: &str| {
-        sh(&[
-            "ip",
-            "-n",
+        ns_ip(
             &gw,
-            "neigh",
-            "replace",
-            "198.51.100.2",
-            "lladdr",
-            lladdr,
-            "dev",
-            "wan0",
-            "nud",
-            "permanent",
-        ]);
+            &["neigh", "replace", "198.51.100.2", "lladdr", lladdr, "dev", "wan0", "nud", "permanent"],
+        );
         std::thread::sleep(Duration::from_millis(100)); // the watcher's thread; far below 10 s
     };
     neigh("02:00:00:00:de:ad");

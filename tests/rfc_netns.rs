@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //! RFC behaviour end to end, with real traffic through the `natrix` binary in namespaces
-//! (tests/common/netns.rs): what a STUN client (coturn's RFC 5780 discovery) concludes about
+//! (tests/common/netns/): what a STUN client (coturn's RFC 5780 discovery) concludes about
 //! the NAT, fragments in and out of order, path MTU discovery both ways, silence towards
 //! unsolicited SYNs, hairpinning between subscribers, static forwards and exclusions, and
 //! the ICMP a subscriber gets when its port quota is spent. docs/RFC-COMPLIANCE.md names
@@ -14,7 +14,6 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::netns::*;
@@ -34,113 +33,7 @@ fn started_with(t: &mut Topo, conf: &Conf, tables: &str) -> std::path::PathBuf {
 }
 
 fn ip_route_get(ns: &str, dst: Ipv4Addr) -> String {
-    sh(&["ip", "-n", ns, "route", "get", &dst.to_string()])
-}
-
-// ---------------------------------------------------------------------------------------
-// raw IPv4
-
-// ---------------------------------------------------------------------------------------
-// packet capture (AF_PACKET)
-
-/// An IPv4 packet some interface of a namespace received (all fields shown on failure).
-#[derive(Debug, Clone)]
-#[allow(dead_code)]
-struct Captured {
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    proto: u8,
-    /// TCP/UDP ports, ICMP type and code.
-    a: u16,
-    b: u16,
-    tcp_flags: u8,
-}
-
-/// Every IPv4 packet `ns` RECEIVES (not what it sends) from now until `window` has passed
-/// since the returned sender was signalled (or 60 s in all).
-struct Capture {
-    stop_at: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
-    handle: std::thread::JoinHandle<Vec<Captured>>,
-}
-
-impl Capture {
-    fn start(ns: &str) -> Self {
-        let fd = in_netns(ns, || {
-            let proto = (libc::ETH_P_IP as u16).to_be() as i32;
-            // SAFETY: plain socket(2).
-            let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, proto) };
-            assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
-            // SAFETY: a fresh fd we own.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        });
-        let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
-        // SAFETY: a valid fd and timeval.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
-        assert_eq!(rc, 0);
-        let stop_at = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
-        let stop2 = std::sync::Arc::clone(&stop_at);
-        let handle = std::thread::spawn(move || {
-            let hard = Instant::now() + Duration::from_secs(60);
-            let mut got = Vec::new();
-            let mut buf = [0u8; 2048];
-            loop {
-                let now = Instant::now();
-                if now >= hard || stop2.lock().unwrap().is_some_and(|t| now >= t) {
-                    break;
-                }
-                // SAFETY: zeroed sockaddr_ll is valid; buffers sized as passed.
-                let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-                let mut slen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-                // SAFETY: buf, sll and slen are live locals and the lengths passed are theirs.
-                let n = unsafe {
-                    libc::recvfrom(
-                        fd.as_raw_fd(),
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        0,
-                        (&mut sll as *mut libc::sockaddr_ll).cast(),
-                        &mut slen,
-                    )
-                };
-                if n < 20 || sll.sll_pkttype == libc::PACKET_OUTGOING {
-                    continue;
-                }
-                let p = &buf[..n as usize];
-                let ihl = usize::from(p[0] & 0x0f) * 4;
-                let l4 = p.get(ihl..).unwrap_or(&[]);
-                let word = |i: usize| l4.get(i..i + 2).map(|w| u16::from_be_bytes([w[0], w[1]])).unwrap_or(0);
-                let (a, b) = if p[9] == PROTO_ICMP {
-                    (u16::from(*l4.first().unwrap_or(&0)), u16::from(*l4.get(1).unwrap_or(&0)))
-                } else {
-                    (word(0), word(2))
-                };
-                got.push(Captured {
-                    src: Ipv4Addr::new(p[12], p[13], p[14], p[15]),
-                    dst: Ipv4Addr::new(p[16], p[17], p[18], p[19]),
-                    proto: p[9],
-                    a,
-                    b,
-                    tcp_flags: if p[9] == PROTO_TCP { *l4.get(13).unwrap_or(&0) } else { 0 },
-                });
-            }
-            got
-        });
-        Capture { stop_at, handle }
-    }
-
-    /// Keeps capturing for `window` more, then returns everything received.
-    fn finish_after(self, window: Duration) -> Vec<Captured> {
-        *self.stop_at.lock().unwrap() = Some(Instant::now() + window);
-        self.handle.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
-    }
+    ns_ip(ns, &["route", "get", &dst.to_string()])
 }
 
 // ---------------------------------------------------------------------------------------
@@ -291,22 +184,13 @@ fn natdiscovery(filtering: Option<&str>) -> String {
         Duration::from_millis(100),
         || {
             turn.assert_running("turnserver");
-            let ss = sh(&["ip", "netns", "exec", &t.srv, "ss", "-Hunl"]);
+            let ss = ns_sh(&t.srv, &["ss", "-Hunl"]);
             wanted.iter().all(|w| ss.contains(w)).then_some(())
         },
     );
-    let out = run_timeout(
-        Command::new("ip").args([
-            "netns",
-            "exec",
-            &t.s1,
-            "timeout",
-            "45",
-            "turnutils_natdiscovery",
-            "-m",
-            "-f",
-            "198.51.100.2",
-        ]),
+    let out = ns_exec(
+        &t.s1,
+        &["timeout", "45", "turnutils_natdiscovery", "-m", "-f", "198.51.100.2"],
         Duration::from_secs(60),
     );
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -686,7 +570,7 @@ fn static_forward_and_exclusion() {
     let (s1, s2, srvns) = (t.s1.clone(), t.s2.clone(), t.srv.clone());
     t.add_server_addr("198.51.100.200/24");
     // the server answers excluded (untranslated) traffic through the gateway
-    sh(&["ip", "-n", &srvns, "route", "add", "100.64.0.0/10", "via", "198.51.100.1"]);
+    ns_ip(&srvns, &["route", "add", "100.64.0.0/10", "via", "198.51.100.1"]);
 
     // the forward: the server reaches s2's port 80 at 203.0.113.40:8080
     let listener =

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //! Support for the BPF_PROG_TEST_RUN packet tests (tests/packet_*.rs):
 //!
-//! * [`Netns`]: a throw-away network namespace with an inside and an outside veth pair,
-//!   addresses, forwarding on and permanent neighbour entries with known MACs. The data
+//! * [`pkt_netns`]: a throw-away network namespace of the namespace framework
+//!   (tests/common/netns/mod.rs) with an inside and an outside veth pair, addresses,
+//!   forwarding on and permanent neighbour entries with known MACs. The data
 //!   plane's `bpf_fib_lookup` (and the devmap update in `configure`) resolve in the network
 //!   namespace of the thread that makes the syscall, so every test body runs on a thread
 //!   that entered the namespace ([`with_env`]).
@@ -15,12 +16,9 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use etherparse::{Icmpv4Type, IpHeaders, IpNumber, Ipv4Dscp, Ipv4Header, PacketBuilder, TcpHeader};
 use libbpf_rs::{MapHandle, ProgramInput};
@@ -149,47 +147,13 @@ fn mac_str(m: [u8; 6]) -> String {
 
 // ---- network namespace ---------------------------------------------------------------------
 
-static NETNS_LOCK: Mutex<()> = Mutex::new(());
-static NETNS_SEQ: AtomicU32 = AtomicU32::new(0);
+/// The framework's, re-exported for the packet tests' threads that enter [`Env::ns`].
+#[allow(unused_imports)] // some tests use it
+pub use super::netns::enter_netns;
+use super::netns::{end, in_netns, ns_ip, ns_sh, veth, Netns};
 
-fn run_cmd(prog: &str, args: &[&str], stdin: Option<&str>) {
-    let mut c = Command::new(prog);
-    c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
-    if stdin.is_some() {
-        c.stdin(Stdio::piped());
-    }
-    let mut child =
-        c.spawn().unwrap_or_else(|e| panic!("cannot run {prog}: {e} (tests need root and iproute2)"));
-    if let Some(s) = stdin {
-        child.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("writing to ip -batch");
-    }
-    let out = child.wait_with_output().expect("waiting for command");
-    assert!(
-        out.status.success(),
-        "expected `{prog} {}` to succeed, it failed: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr),
-        stdin.map(|s| format!("\nbatch:\n{s}")).unwrap_or_default()
-    );
-}
-
-/// Namespaces of earlier test processes that were killed (SIGKILL runs no drop): named
-/// nxpt-PID-N with no process PID left. Removed once per process, before its first.
-fn remove_orphans() {
-    static DONE: std::sync::Once = std::sync::Once::new();
-    DONE.call_once(|| {
-        let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(pid) = name.strip_prefix("nxpt-").and_then(|r| r.split('-').next()) else { continue };
-            if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::process::Command::new("ip").args(["netns", "del", &name]).status();
-            }
-        }
-    });
-}
-
-/// A uniquely named network namespace, deleted on drop (also when the test panics):
+/// A fresh namespace of the framework (tests/common/netns/mod.rs: unique name, deleted on
+/// drop, also when the test panics) set up for the packet tests:
 ///
 /// ```text
 ///   in0  100.64.0.1/24   02:4e:58:00:00:01  (peer in0p)
@@ -198,112 +162,33 @@ fn remove_orphans() {
 ///        neighbours 198.51.100.2, 198.51.100.3 (servers), permanent
 ///   none for 100.64.0.99 and 198.51.100.99
 /// ```
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn create() -> Netns {
-        let name = format!("nxpt-{}-{}", std::process::id(), NETNS_SEQ.fetch_add(1, Ordering::SeqCst));
-        {
-            // `ip netns add` sets /run/netns up as a shared mount the first time; two doing
-            // that at once could stack mounts. Serialise within this process.
-            let _g = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-            remove_orphans();
-            run_cmd("ip", &["netns", "add", &name], None);
-        }
-        let ns = Netns { name };
-        let mut b = String::new();
-        b += "link set lo up\n";
-        b += &format!(
-            "link add {IN_IF} address {} type veth peer name {IN_IF}p address {}\n",
-            mac_str(IN_MAC),
-            mac_str(IN_PEER_MAC)
-        );
-        b += &format!(
-            "link add {OUT_IF} address {} type veth peer name {OUT_IF}p address {}\n",
-            mac_str(OUT_MAC),
-            mac_str(OUT_PEER_MAC)
-        );
-        b += &format!("addr add {GW_IN}/24 dev {IN_IF}\n");
-        b += &format!("addr add {GW_OUT}/24 dev {OUT_IF}\n");
-        for l in [IN_IF, OUT_IF] {
-            b += &format!("link set {l} up\nlink set {l}p up\n");
-        }
-        for n in 1..=NSUBS {
-            b += &format!(
-                "neigh add {} lladdr {} dev {IN_IF} nud permanent\n",
-                sub(n),
-                mac_str(mac_of(sub(n)))
-            );
-        }
-        for s in [SERVER, SERVER2] {
-            b += &format!("neigh add {s} lladdr {} dev {OUT_IF} nud permanent\n", mac_str(mac_of(s)));
-        }
-        run_cmd("ip", &["-n", &ns.name, "-batch", "-"], Some(&b));
-        ns.wait_links_up();
-        // without forwarding, bpf_fib_lookup answers "forwarding disabled"
-        run_cmd(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &ns.name,
-                "sysctl",
-                "-qw",
-                "net.ipv4.ip_forward=1",
-                "net.ipv4.conf.all.forwarding=1",
-            ],
-            None,
-        );
-        ns
+pub fn pkt_netns() -> Netns {
+    let ns = Netns::new("pt");
+    let n = ns.name();
+    veth(end(n, IN_IF).mac(IN_MAC), end(n, &format!("{IN_IF}p")).mac(IN_PEER_MAC));
+    veth(end(n, OUT_IF).mac(OUT_MAC), end(n, &format!("{OUT_IF}p")).mac(OUT_PEER_MAC));
+    let mut b = String::new();
+    b += &format!("addr add {GW_IN}/24 dev {IN_IF}\n");
+    b += &format!("addr add {GW_OUT}/24 dev {OUT_IF}\n");
+    for l in [IN_IF, OUT_IF] {
+        b += &format!("link set {l} up\nlink set {l}p up\n");
     }
-
-    /// Waits (5 s at most) until the kernel has reported every veth's carrier: linkwatch
-    /// sends that notification up to a second after `link set up` (later while other
-    /// namespaces come and go), and a FIB cache watcher started before it arrives would
-    /// see a routing change in the middle of a test.
-    fn wait_links_up(&self) {
-        let t0 = std::time::Instant::now();
-        loop {
-            let out = Command::new("ip")
-                .args(["-n", &self.name, "-o", "link", "show"])
-                .output()
-                .expect("expected `ip link show` to run");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let up = |l: &str| {
-                text.lines().any(|line| line.contains(&format!(" {l}@")) && line.contains("state UP"))
-            };
-            if [IN_IF, OUT_IF].iter().all(|l| up(l) && up(&format!("{l}p"))) {
-                return;
-            }
-            if t0.elapsed() > std::time::Duration::from_secs(5) {
-                eprintln!("warning: the test namespace's links did not report carrier within 5 s:\n{text}");
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+    for n in 1..=NSUBS {
+        b += &format!("neigh add {} lladdr {} dev {IN_IF} nud permanent\n", sub(n), mac_str(mac_of(sub(n))));
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _g = NETNS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+    for s in [SERVER, SERVER2] {
+        b += &format!("neigh add {s} lladdr {} dev {OUT_IF} nud permanent\n", mac_str(mac_of(s)));
     }
-}
-
-/// Moves the calling thread (only it) into the named network namespace.
-pub fn enter_netns(name: &str) {
-    let path = format!("/run/netns/{name}");
-    let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("expected {path} to exist: {e}"));
-    // SAFETY: a valid namespace fd; CLONE_NEWNET affects only the calling thread.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "expected setns({path}) to succeed: {}", std::io::Error::last_os_error());
+    ns.ip_batch(&b);
+    // Every veth's carrier reported before the test starts: a FIB cache watcher started
+    // before that notification would see a routing change in the middle of a test.
+    let links = [IN_IF, OUT_IF, &format!("{IN_IF}p"), &format!("{OUT_IF}p")];
+    if let Err(text) = ns.wait_carrier(&links, std::time::Duration::from_secs(5)) {
+        eprintln!("warning: the test namespace's links did not report carrier within 5 s:\n{text}");
+    }
+    // without forwarding, bpf_fib_lookup answers "forwarding disabled"
+    ns_sh(ns.name(), &["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.forwarding=1"]);
+    ns
 }
 
 // ---- configuration -------------------------------------------------------------------------
@@ -380,21 +265,12 @@ pub struct Env {
 /// deleted in every case.
 pub fn with_env<F: FnOnce(&Env) + Send>(cfg: &Cfg, f: F) {
     let toml = cfg.toml();
-    let ns = Netns::create();
-    let name = ns.name.clone();
-    let res = std::thread::scope(|s| {
-        s.spawn(move || {
-            enter_netns(&name);
-            pin_to_this_cpu();
-            let env = Env::new(&toml, &name);
-            f(&env);
-        })
-        .join()
+    let ns = pkt_netns();
+    in_netns(ns.name(), || {
+        pin_to_this_cpu();
+        let env = Env::new(&toml, ns.name());
+        f(&env);
     });
-    drop(ns);
-    if let Err(p) = res {
-        std::panic::resume_unwind(p);
-    }
 }
 
 /// Keeps the test's thread on the CPU it runs on: BPF_PROG_TEST_RUN runs the program there,
@@ -499,9 +375,7 @@ impl Env {
 
     /// Runs `ip -n <the test namespace> args...` (e.g. to change an MTU).
     pub fn ip(&self, args: &[&str]) {
-        let mut a = vec!["-n", self.ns.as_str()];
-        a.extend_from_slice(args);
-        run_cmd("ip", &a, None);
+        ns_ip(&self.ns, args);
     }
 
     /// Raw fd and ingress ifindex of a program, for runs from other threads ([`xdp_run_fd`]).

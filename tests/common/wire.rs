@@ -4,7 +4,7 @@
 //! their checksums, and the sockets to send them from inside a namespace.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 use super::netns::*;
@@ -142,14 +142,7 @@ pub fn udp_fragments(
 /// `socket(AF_INET, SOCK_RAW, IPPROTO_RAW)` in `ns` (IP_HDRINCL implied: whole packets,
 /// any source address).
 pub fn raw_ip_socket(ns: &str) -> OwnedFd {
-    in_netns(ns, || {
-        // SAFETY: plain socket(2).
-        let fd =
-            unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
-        assert!(fd >= 0, "{ns}: raw socket: {}", std::io::Error::last_os_error());
-        // SAFETY: a fresh fd we own.
-        unsafe { OwnedFd::from_raw_fd(fd) }
-    })
+    socket_in(ns, libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW)
 }
 
 /// Sends a whole IPv4 packet; Err when the kernel refuses it (ENOBUFS under a flood).
