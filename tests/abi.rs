@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-//! The functions user space mirrors from the data plane (src/tables.rs: the tables' key
+//! The functions user space mirrors from the data plane (src/tables/layout.rs: the tables' key
 //! hash and home buckets, the subscriber table's hash and home slot, the starts of the
 //! deterministic and home walks, the home block, the protocol index and port index, whether
 //! a port word is a walk mapping) against the data plane's own code: the syscall program
