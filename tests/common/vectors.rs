@@ -7,7 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use natrix::tables::{bytes_of, MmapWords};
 use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::Ordering;
 
 use super::pkt::*;
 
@@ -230,19 +234,6 @@ pub fn load_all(dir: &Path) -> Vec<(String, VectorFile)> {
         .collect()
 }
 
-/// Gives the freshly configured data plane of `env` the vector's hash seed (its tables are
-/// empty: nothing sits where the random seed put it).
-pub fn set_seed(env: &Env, seed: u32) {
-    let t = &env.dp.tables;
-    assert!(
-        t.mappings().expect("nx_maps").is_empty() && t.sessions().expect("nx_sess").is_empty(),
-        "expected empty tables before the vector's seed is set"
-    );
-    let mut c = t.config().expect("expected nx_cfg to be readable");
-    c.tab_seed = seed;
-    t.write_config(&c).expect("expected nx_cfg to be writable");
-}
-
 /// Sets the interface MTUs a vector asks for.
 pub fn set_mtus(env: &Env, mtu: &BTreeMap<String, u32>) {
     for (ifname, m) in mtu {
@@ -331,29 +322,329 @@ pub fn run_step(env: &Env, s: &Step, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs a whole vector in a fresh data plane: setup, then the packet.
-pub fn run_vector(v: &Vector) -> Result<(), String> {
-    let cfg = cfg_of(&v.config)?;
-    let res = std::sync::Mutex::new(Ok(()));
+/// Gives the freshly configured (or freshly reset, [`reset`]) data plane of `env` the
+/// vector's hash seed (its tables are empty: nothing sits where another seed put it).
+pub fn set_seed(env: &Env, seed: u32) {
+    let t = &env.dp.tables;
+    assert!(
+        t.mappings().expect("nx_maps").is_empty() && t.sessions().expect("nx_sess").is_empty(),
+        "expected empty tables before the vector's seed is set"
+    );
+    let mut c = t.config().expect("expected nx_cfg to be readable");
+    c.tab_seed = seed;
+    t.write_config(&c).expect("expected nx_cfg to be writable");
+}
+
+// ---- one data plane for many vectors --------------------------------------------------------
+//
+// Loading a data plane costs the verifier several seconds, so the runner loads one per
+// group of vectors with the same `config` and `mtu` (everything the load, configure() and
+// the namespace depend on) and, before each vector, puts back the state of a freshly loaded
+// one. What a vector can change, map by map (bpf/nx_state.h), and what [`reset`] does:
+//
+// * nx_ports, nx_blocks, nx_subs (the subscribers' state), nx_maps, nx_sess, nx_det_nsess:
+//   written by the packet path; mmapable, zeroed through the mapping.
+// * nx_tab_cnt (entries per table, which enforces the sizes): zeroed.
+// * nx_frags (LRU hash, inbound fragment records): every key deleted.
+// * nx_frag_rb (ring buffer of fragments held for the daemon): drained (nobody reads it
+//   in a test; full, it would turn a held fragment into frag_no_state).
+// * nx_icmp_rl (per-CPU token bucket): zeroed on every CPU. Zero is its fresh state: with
+//   ts 0 the first packet's refill fills the bucket to its burst (nx_icmp_rate_ok).
+// * nx_fibc (per-CPU FIB cache): zeroed on every CPU, as when loaded (empty).
+// * nx_tab_locks (insert lock stripes): taken and dropped within one packet; zeroed.
+// * nx_scratch (per-CPU scratch): written before it is read; zeroed all the same.
+// * nx_cfg: the data plane never writes it; written back as configure() left it, with the
+//   vector's tab_seed.
+// * nx_stats: not reset; vectors compare counters as deltas.
+// * Not changed by a packet (configuration, written by configure() only): nx_pool,
+//   nx_pool_idx, nx_ifaces, nx_ifrole, nx_subnets, nx_excl, nx_tx. nx_reap_buf and
+//   nx_fibc_gen belong to the reaper and the FIB watcher (neither is driven by a vector);
+//   the .bss anchors (natrix.bpf.c) are never written.
+//
+// [`check_reset`] reads every reset map back: all zeros (nx_frags empty, nx_frag_rb
+// empty), nx_cfg as configure() left it. The runner checks it on the freshly loaded data
+// plane (which shows that all zeros is the fresh state) and after every reset.
+
+fn handle(map: &libbpf_rs::MapMut<'static>, name: &str) -> MapHandle {
+    MapHandle::try_from(map).unwrap_or_else(|e| panic!("expected a handle on {name}: {e}"))
+}
+
+/// The bytes of an array map's entries, keys 0..max_entries in order (per-CPU: each entry
+/// one value per possible CPU, each rounded up to 8 bytes, as the kernel lays them out).
+/// BPF_MAP_LOOKUP_BATCH / BPF_MAP_UPDATE_BATCH through the raw syscall: libbpf-rs refuses
+/// batches of per-CPU maps, and one element at a time costs a syscall for each of the FIB
+/// cache's thousands of slots before every vector.
+fn array_batch(h: &MapHandle, update: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct BatchAttr {
+        in_batch: u64,
+        out_batch: u64,
+        keys: u64,
+        values: u64,
+        count: u32,
+        map_fd: u32,
+        elem_flags: u64,
+        flags: u64,
+    }
+    const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+    const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+    let n = h.max_entries();
+    let percpu = h.map_type().is_percpu();
+    let ncpu = if percpu { libbpf_rs::num_possible_cpus().map_err(|e| e.to_string())? } else { 1 };
+    let vsize = if percpu { (h.value_size() as usize).div_ceil(8) * 8 } else { h.value_size() as usize };
+    let total = n as usize * vsize * ncpu;
+    let mut keys: Vec<u8> = (0..n).flat_map(|i| i.to_ne_bytes()).collect();
+    let mut values = match update {
+        Some(v) if v.len() == total => v.to_vec(),
+        Some(v) => return Err(format!("{} bytes to write, the map holds {total}", v.len())),
+        None => vec![0u8; total],
+    };
+    let mut out_batch = [0u8; 4];
+    let mut a = BatchAttr {
+        out_batch: out_batch.as_mut_ptr() as u64,
+        keys: keys.as_mut_ptr() as u64,
+        values: values.as_mut_ptr() as u64,
+        count: n,
+        map_fd: h.as_fd().as_raw_fd() as u32,
+        ..Default::default()
+    };
+    let cmd = if update.is_some() { BPF_MAP_UPDATE_BATCH } else { BPF_MAP_LOOKUP_BATCH };
+    // SAFETY: the bpf syscall with a batch attribute whose buffers hold n keys and n values
+    // and live until it returns.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, cmd, &mut a as *mut BatchAttr, std::mem::size_of::<BatchAttr>())
+    };
+    let err = std::io::Error::last_os_error();
+    // a lookup of the whole array ends with ENOENT (no next batch)
+    if rc < 0 && !(update.is_none() && err.raw_os_error() == Some(libc::ENOENT)) {
+        return Err(err.to_string());
+    }
+    if a.count != n {
+        return Err(format!("{} of {n} entries in one batch", a.count));
+    }
+    Ok(values)
+}
+
+/// The mmapable tables a vector writes, by name.
+fn mmap_tables(env: &Env) -> [(&'static str, &MapHandle); 6] {
+    let t = &env.dp.tables;
+    [
+        ("nx_ports", &t.ports),
+        ("nx_blocks", &t.blocks),
+        ("nx_subs", &t.subs),
+        ("nx_maps", &t.maps),
+        ("nx_sess", &t.sess),
+        ("nx_det_nsess", &t.det_nsess),
+    ]
+}
+
+/// The per-CPU arrays a vector can write, by name.
+fn percpu_arrays(env: &Env) -> [(&'static str, MapHandle); 3] {
+    let m = &env.dp.skel.maps;
+    [
+        ("nx_icmp_rl", handle(&m.nx_icmp_rl, "nx_icmp_rl")),
+        ("nx_fibc", handle(&m.nx_fibc, "nx_fibc")),
+        ("nx_scratch", handle(&m.nx_scratch, "nx_scratch")),
+    ]
+}
+
+/// Consumes every record in nx_frag_rb; returns how many there were.
+fn drain_frag_rb(env: &Env) -> usize {
+    let n = std::rc::Rc::new(std::cell::Cell::new(0usize));
+    let rb = {
+        let n = std::rc::Rc::clone(&n);
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&env.dp.skel.maps.nx_frag_rb, move |_| {
+            n.set(n.get() + 1);
+            0
+        })
+        .expect("expected nx_frag_rb to be a ring buffer");
+        b.build().expect("expected a ring buffer manager for nx_frag_rb")
+    };
+    rb.consume().expect("expected nx_frag_rb to be consumed");
+    n.get()
+}
+
+/// Puts back the state of the freshly loaded data plane (see the list above), with `cfg`
+/// (nx_cfg as configure() wrote it) in nx_cfg.
+pub fn reset(env: &Env, cfg: &natrix::skel::types::nx_config) {
+    for (name, h) in mmap_tables(env) {
+        let m = MmapWords::new(h, name).unwrap_or_else(|e| panic!("expected {name} to mmap: {e}"));
+        for w in m.words() {
+            if w.load(Ordering::Relaxed) != 0 {
+                w.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let t = &env.dp.tables;
+    for i in 0..t.tab_cnt.max_entries() {
+        t.tab_cnt.update(&i.to_ne_bytes(), &0u32.to_ne_bytes(), MapFlags::ANY).expect("zeroing nx_tab_cnt");
+    }
+    let frags = handle(&env.dp.skel.maps.nx_frags, "nx_frags");
+    loop {
+        let keys: Vec<Vec<u8>> = frags.keys().collect();
+        if keys.is_empty() {
+            break;
+        }
+        for k in keys {
+            // an LRU map may have evicted it meanwhile: only the end state matters
+            let _ = frags.delete(&k);
+        }
+    }
+    drain_frag_rb(env);
+    let locks = handle(&env.dp.skel.maps.nx_tab_locks, "nx_tab_locks");
+    for (name, h) in percpu_arrays(env).into_iter().chain([("nx_tab_locks", locks)]) {
+        let zeros = array_batch(&h, None).unwrap_or_else(|e| panic!("expected {name} to be readable: {e}"));
+        let zeros = vec![0u8; zeros.len()];
+        array_batch(&h, Some(&zeros)).unwrap_or_else(|e| panic!("expected {name} to be zeroed: {e}"));
+    }
+    t.write_config(cfg).expect("expected nx_cfg to be writable");
+}
+
+/// Reads back every map [`reset`] resets; Err names each that is not in the fresh state:
+/// all zeros, nx_frags and nx_frag_rb empty, nx_cfg equal to `cfg`.
+pub fn check_reset(env: &Env, cfg: &natrix::skel::types::nx_config) -> Result<(), String> {
+    let mut bad = Vec::new();
+    for (name, h) in mmap_tables(env) {
+        let m = MmapWords::new(h, name).map_err(|e| format!("{name}: {e}"))?;
+        if let Some(i) = m.words().iter().position(|w| w.load(Ordering::Relaxed) != 0) {
+            bad.push(format!("{name} (word {i})"));
+        }
+    }
+    let t = &env.dp.tables;
+    for i in 0..t.tab_cnt.max_entries() {
+        let v = t.tab_cnt.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(|e| format!("nx_tab_cnt: {e}"))?;
+        if v.is_none_or(|v| v.iter().any(|b| *b != 0)) {
+            bad.push(format!("nx_tab_cnt[{i}]"));
+        }
+    }
+    let frags = handle(&env.dp.skel.maps.nx_frags, "nx_frags");
+    let n = frags.keys().count();
+    if n != 0 {
+        bad.push(format!("nx_frags ({n} keys)"));
+    }
+    let n = drain_frag_rb(env);
+    if n != 0 {
+        bad.push(format!("nx_frag_rb ({n} records)"));
+    }
+    let locks = handle(&env.dp.skel.maps.nx_tab_locks, "nx_tab_locks");
+    for (name, h) in percpu_arrays(env).into_iter().chain([("nx_tab_locks", locks)]) {
+        let v = array_batch(&h, None).map_err(|e| format!("{name}: {e}"))?;
+        if let Some(i) = v.iter().position(|b| *b != 0) {
+            bad.push(format!("{name} (byte {i})"));
+        }
+    }
+    let now = t.config().map_err(|e| format!("nx_cfg: {e}"))?;
+    if bytes_of(&now) != bytes_of(cfg) {
+        bad.push("nx_cfg (differs from what configure() wrote)".into());
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("not in the state of a freshly loaded data plane: {}", bad.join(", ")))
+    }
+}
+
+/// Runs a vector's steps (setup, then the packet) on `env`; Err describes the first
+/// difference.
+pub fn run_steps(env: &Env, v: &Vector) -> Result<(), String> {
+    for (i, s) in v.setup.iter().enumerate() {
+        run_step(env, s, &format!("{}: setup step {i}", v.name))?;
+    }
+    run_step(env, &v.packet, &format!("{}: the packet", v.name))
+}
+
+/// Whether [`run_group`] puts the fresh state back between vectors. `Never` is only for
+/// the test that shows what the reset is for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Reset {
+    BeforeEach,
+    Never,
+}
+
+/// Vectors that can share one data plane: the same `config` and `mtu`, in file order.
+pub struct Group<'a> {
+    pub config: &'a serde_json::Map<String, serde_json::Value>,
+    pub mtu: &'a BTreeMap<String, u32>,
+    /// "file/name" and the vector.
+    pub vectors: Vec<(String, &'a Vector)>,
+}
+
+/// The vectors of `files` whose "file/name" contains `filter`, grouped by `config` and
+/// `mtu`; groups in the order of their first vector, vectors in file order.
+pub fn groups<'a>(files: &'a [(String, VectorFile)], filter: &str) -> Vec<Group<'a>> {
+    let mut out: Vec<Group<'a>> = Vec::new();
+    for (file, f) in files {
+        for v in &f.vectors {
+            let id = format!("{file}/{}", v.name);
+            if !id.contains(filter) {
+                continue;
+            }
+            match out.iter_mut().find(|g| *g.config == v.config && *g.mtu == v.mtu) {
+                Some(g) => g.vectors.push((id, v)),
+                None => out.push(Group { config: &v.config, mtu: &v.mtu, vectors: vec![(id, v)] }),
+            }
+        }
+    }
+    out
+}
+
+/// Runs `vectors` (which must share `config` and `mtu`) in one data plane loaded with
+/// them: checks that the freshly loaded data plane is in the state [`check_reset`]
+/// expects, then for each vector (`Reset::BeforeEach`) [`reset`], [`check_reset`], its
+/// seed, its steps. One result per vector, in order; a vector that panics fails alone.
+pub fn run_group(
+    config: &serde_json::Map<String, serde_json::Value>,
+    mtu: &BTreeMap<String, u32>,
+    vectors: &[&Vector],
+    reset_mode: Reset,
+) -> Vec<Result<(), String>> {
+    let cfg = match cfg_of(config) {
+        Ok(c) => c,
+        Err(e) => return vectors.iter().map(|v| Err(format!("{}: {e}", v.name))).collect(),
+    };
+    let res = std::sync::Mutex::new(Vec::new());
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         with_env(&cfg, |env| {
-            set_seed(env, v.tab_seed);
-            set_mtus(env, &v.mtu);
-            let mut r = Ok(());
-            for (i, s) in v.setup.iter().enumerate() {
-                r = run_step(env, s, &format!("{}: setup step {i}", v.name));
-                if r.is_err() {
-                    break;
-                }
+            set_mtus(env, mtu);
+            let fresh = env.dp.tables.config().expect("expected nx_cfg to be readable");
+            if let Err(e) = check_reset(env, &fresh) {
+                panic!("the freshly loaded data plane: {e}");
             }
-            if r.is_ok() {
-                r = run_step(env, &v.packet, &format!("{}: the packet", v.name));
+            for v in vectors {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    match reset_mode {
+                        Reset::BeforeEach => {
+                            reset(env, &fresh);
+                            check_reset(env, &fresh).map_err(|e| format!("after the reset: {e}"))?;
+                            set_seed(env, v.tab_seed);
+                        }
+                        Reset::Never => {
+                            let mut c = fresh;
+                            c.tab_seed = v.tab_seed;
+                            env.dp.tables.write_config(&c).expect("expected nx_cfg to be writable");
+                        }
+                    }
+                    run_steps(env, v)
+                }));
+                let r = r.unwrap_or_else(|p| Err(panic_text(&p))).map_err(|e| format!("{}: {e}", v.name));
+                res.lock().expect("results").push(r);
             }
-            *res.lock().expect("result") = r;
         })
     }));
-    r.map_err(|p| format!("{}: {}", v.name, panic_text(&p)))?;
-    res.into_inner().expect("result")
+    let mut out = res.into_inner().expect("results");
+    if let Err(p) = r {
+        let e = panic_text(&p);
+        out.extend(vectors[out.len()..].iter().map(|v| Err(format!("{}: {e}", v.name))));
+    }
+    out
+}
+
+/// Runs one vector in a data plane of its own: setup, then the packet.
+pub fn run_vector(v: &Vector) -> Result<(), String> {
+    run_group(&v.config, &v.mtu, &[v], Reset::BeforeEach).pop().expect("one result")
 }
 
 pub fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
