@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-//! Packet tests of ICMP errors crossing the NAT (RFC 5508): translation both ways,
-//! validation, embedded options, no state changed, hairpinning, and the MTU towards the
-//! inside (RFC 4787 REQ-13).
+//! Packet tests of ICMP errors crossing the NAT (RFC 5508): validation, embedded options,
+//! no state changed, hairpinning, and the MTU towards the inside (RFC 4787 REQ-13). The
+//! plain translation cases (errors in about UDP, TCP and echo, errors out about UDP and
+//! TCP) are vectors: tests/vectors/icmp.json, run by tests/packet_vectors.rs.
 //!
 //! Each test loads its own private data plane in its own network namespace
 //! (tests/common/pkt.rs), feeds frames to `nx_xdp_inside` / `nx_xdp_outside` through
@@ -19,93 +20,6 @@ use std::time::Duration;
 use common::packet_helpers::*;
 use common::pkt::*;
 use natrix::dataplane::ip_from_be;
-
-// =============================================================================================
-// ICMP errors crossing the NAT (RFC 5508)
-// =============================================================================================
-
-/// A remote's port unreachable about our UDP packet: the quoted packet's source becomes the
-/// inside endpoint again (with its IP and UDP checksums), the outer destination the
-/// subscriber; the ICMP checksum follows. Quote complete.
-#[test]
-fn icmp_error_in_about_udp() {
-    with_env(&cfg(), |env| {
-        let p = Pkt::udp(sub(1), 40000, SERVER, 53).payload(b"query");
-        let o = xlate_out(env, &p, None, "UDP out");
-        let sent = ip_bytes(&p.clone().with_src(o.0, o.1).forwarded().build(), 548);
-        let as_inside = ip_bytes(&p.clone().forwarded().build(), 548);
-        let err = Pkt::icmp_err(SERVER, o.0, 3, 3, [0; 4], &sent);
-        let before = env.stats();
-        let out = env.expect_verdict(Side::Outside, &err.build(), XDP_REDIRECT, "port unreachable in");
-        let exp = Pkt::icmp_err(SERVER, sub(1), 3, 3, [0; 4], &as_inside).forwarded().build();
-        assert_frame_eq(&out, &exp, "ICMP error translated to the subscriber");
-        assert_csums(&out, "ICMP error in");
-        env.assert_counters(
-            &before,
-            &[("rx_outside", 1), ("icmp_errors_in", 1), ("redirected", 1)],
-            "ICMP error in",
-        );
-        assert_eq!(env.sessions().len(), 1, "expected an ICMP error to create no session");
-    });
-}
-
-/// A router's time exceeded about a TCP SYN, quoting only the IP header and 8 bytes (the
-/// TCP checksum is not in the quote).
-#[test]
-fn icmp_error_in_about_tcp_short_quote() {
-    with_env(&cfg(), |env| {
-        let p = Pkt::tcp(sub(1), 40001, SERVER, 443, SYN);
-        let o = xlate_out(env, &p, None, "SYN out");
-        let sent = ip_bytes(&p.clone().with_src(o.0, o.1).forwarded().build(), 28);
-        let as_inside = ip_bytes(&p.clone().forwarded().build(), 28);
-        let err = Pkt::icmp_err(SERVER2, o.0, 11, 0, [0; 4], &sent);
-        let out = env.expect_verdict(Side::Outside, &err.build(), XDP_REDIRECT, "time exceeded in");
-        let exp = Pkt::icmp_err(SERVER2, sub(1), 11, 0, [0; 4], &as_inside).forwarded().build();
-        assert_frame_eq(&out, &exp, "time exceeded translated");
-        assert_csums(&out, "time exceeded in");
-    });
-}
-
-#[test]
-fn icmp_error_in_about_echo() {
-    with_env(&cfg(), |env| {
-        let p = Pkt::echo_request(sub(1), SERVER, 0x3131);
-        let o = xlate_out(env, &p, None, "echo request out");
-        let sent = ip_bytes(&p.clone().with_src(o.0, o.1).forwarded().build(), 548);
-        let as_inside = ip_bytes(&p.clone().forwarded().build(), 548);
-        let err = Pkt::icmp_err(SERVER2, o.0, 3, 1, [0; 4], &sent);
-        let out = env.expect_verdict(Side::Outside, &err.build(), XDP_REDIRECT, "host unreachable in");
-        let exp = Pkt::icmp_err(SERVER2, sub(1), 3, 1, [0; 4], &as_inside).forwarded().build();
-        assert_frame_eq(&out, &exp, "host unreachable about an echo, translated");
-        assert_csums(&out, "host unreachable in");
-    });
-}
-
-/// A subscriber's port unreachable about a packet natrix delivered to it: the quoted
-/// destination becomes the outside endpoint, the outer source the pool address.
-#[test]
-fn icmp_error_out_from_a_subscriber() {
-    with_env(&cfg(), |env| {
-        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
-        let o = xlate_out(env, &p, None, "UDP out");
-        let r = reply(&p, o);
-        xlate_in(env, &r, (sub(1), 40000), "reply in");
-        let received = ip_bytes(&r.clone().with_dst(sub(1), 40000).forwarded().build(), 548);
-        let as_sent = ip_bytes(&r.clone().forwarded().build(), 548);
-        let err = Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &received);
-        let before = env.stats();
-        let out = env.expect_verdict(Side::Inside, &err.build(), XDP_REDIRECT, "port unreachable out");
-        let mut exp = Pkt::icmp_err(sub(1), SERVER, 3, 3, [0; 4], &as_sent).forwarded();
-        exp.src = o.0;
-        assert_frame_eq(&out, &exp.build(), "ICMP error from the subscriber, translated");
-        assert_csums(&out, "ICMP error out");
-        env.assert_counters(
-            &before,
-            &[("rx_inside", 1), ("icmp_errors_out", 1), ("redirected", 1)],
-            "ICMP error out",
-        );
-    });
-}
 
 // =============================================================================================
 // MTU towards the inside (RFC 4787 REQ-13)
@@ -451,48 +365,6 @@ fn icmp_error_hairpinned() {
             "hairpinned ICMP error",
         );
         env.assert_unchanged(&snap, "hairpinned ICMP error");
-    });
-}
-
-/// RFC 5508 REQ-5: a subscriber's error about an inbound TCP segment natrix delivered: the
-/// embedded destination becomes the outside endpoint again and the embedded TCP checksum
-/// (when quoted) follows, the outer source becomes the pool address. Full quote, the IP
-/// header and 18 bytes (the checksum just inside), and the IP header and 8 bytes (no
-/// checksum); a parameter problem keeps its pointer.
-#[test]
-fn icmp_error_out_about_tcp() {
-    with_env(&cfg(), |env| {
-        let (me, srv, o) = tcp_established(env, 42010);
-        let seg = Pkt::tcp(srv.0, srv.1, o.0, o.1, PSH | ACK).payload(b"HTTP/1.0 200 OK\r\n\r\nbody");
-        xlate_in(env, &seg, me, "data segment in");
-        let received = seg.clone().with_dst(me.0, me.1).forwarded().build();
-        let as_sent = seg.clone().forwarded().build();
-        for (max, tc, rest) in [(548, (3, 3), [0; 4]), (38, (3, 2), [0; 4]), (28, (12, 0), [20, 0, 0, 0])] {
-            let what = format!("error {}/{} from the subscriber quoting {max} bytes of TCP", tc.0, tc.1);
-            let err = Pkt::icmp_err(me.0, srv.0, tc.0, tc.1, rest, &ip_bytes(&received, max));
-            let before = env.stats();
-            let out = env.expect_verdict(Side::Inside, &err.build(), XDP_REDIRECT, &what);
-            let mut exp = Pkt::icmp_err(me.0, srv.0, tc.0, tc.1, rest, &ip_bytes(&as_sent, max)).forwarded();
-            exp.src = o.0;
-            assert_frame_eq(&out, &exp.build(), &what);
-            assert_csums(&out, &what);
-            assert_quote_csums(&out, &what);
-            let q = quote_frame(&out);
-            assert_eq!((dst_ip(&q), dport(&q)), o, "{what}: expected the embedded destination {o:?}");
-            if max >= 38 {
-                let sent_csum = l4_csum(&as_sent);
-                assert_eq!(
-                    l4_csum(&q),
-                    sent_csum,
-                    "{what}: expected the embedded TCP checksum to be the one the server sent"
-                );
-            }
-            env.assert_counters(
-                &before,
-                &[("rx_inside", 1), ("icmp_errors_out", 1), ("redirected", 1)],
-                &what,
-            );
-        }
     });
 }
 

@@ -54,19 +54,6 @@ fn outbound_passes_untranslated() {
 }
 
 #[test]
-fn inbound_ttl_1_passes_untranslated() {
-    with_env(&cfg(), |env| {
-        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
-        let o = xlate_out(env, &p, None, "UDP out");
-        let r = reply(&p, o).ttl(1).build();
-        let before = env.stats();
-        let out = env.expect_verdict(Side::Outside, &r, XDP_PASS, "reply with TTL 1");
-        assert_frame_eq(&out, &r, "reply with TTL 1: expected unchanged");
-        env.assert_counters(&before, &[("rx_outside", 1), ("pass_ttl", 1)], "reply with TTL 1");
-    });
-}
-
-#[test]
 fn inbound_not_for_the_pool_passes() {
     let rows: Vec<(&str, Pkt)> = vec![
         ("to the gateway's outside address", Pkt::udp(SERVER, 53, GW_OUT, 40000)),

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-//! Packet tests of translation: UDP, TCP and ICMP echo both ways, checksums, options and
-//! padding, mapping behaviour (EIM) and filtering (EIF, ADF, APDF), and hairpinning.
+//! Packet tests of translation and the table state it leaves: UDP, TCP and ICMP echo both
+//! ways, mapping behaviour (EIM), filtering (EIF, ADF) and hairpinning. The cases that are
+//! frames and counters only (checksums, options, padding, inbound without a mapping,
+//! filtered, hairpinning off) are vectors: tests/vectors/translate.json and hairpin.json,
+//! run by tests/packet_vectors.rs.
 //!
 //! Each test loads its own private data plane in its own network namespace
 //! (tests/common/pkt.rs), feeds frames to `nx_xdp_inside` / `nx_xdp_outside` through
@@ -10,8 +13,6 @@
 //! Needs root. Run: `cargo test --release --test packet_translate -- --test-threads=2`.
 
 mod common;
-
-use std::net::Ipv4Addr;
 
 use common::packet_helpers::*;
 use common::pkt::*;
@@ -87,68 +88,6 @@ fn udp_out_and_reply_in_are_translated() {
 }
 
 #[test]
-fn udp_zero_checksum_stays_zero_both_ways() {
-    with_env(&cfg(), |env| {
-        let p = Pkt::udp(sub(1), 40001, SERVER, 53).no_udp_csum().payload(b"no checksum here");
-        assert_eq!(l4_csum(&p.build()), 0, "test setup: expected an input UDP checksum of 0");
-        let o = xlate_out(env, &p, None, "UDP without checksum out");
-        let r = reply(&p, o);
-        assert_eq!(l4_csum(&r.build()), 0, "test setup: expected a reply UDP checksum of 0");
-        xlate_in(env, &r, (sub(1), 40001), "UDP without checksum in");
-        let (_, out) = env.inside(&p.build());
-        assert_eq!(l4_csum(&out), 0, "expected a UDP checksum of 0 to stay 0 (RFC 768: no checksum)");
-    });
-}
-
-/// A UDP checksum that computes to 0 must be sent as 0xffff (0 means "none"), in both
-/// directions. The payload is chosen, once the outside port is known, so that the
-/// translated packet sums to exactly that.
-#[test]
-fn udp_checksum_computing_to_zero_is_sent_as_ffff() {
-    with_env(&cfg(), |env| {
-        let base = Pkt::udp(sub(1), 40002, SERVER, 53).payload(&[0, 0]);
-        let o = xlate_out(env, &base, None, "opening the flow");
-        // word w such that the translated packet's sum, w included, is 0xffff
-        let pick = |translated: &Pkt| {
-            let mut f = translated.clone().payload(&[0, 0]).build();
-            let c = l4_off(&f) + 6;
-            f[c] = 0;
-            f[c + 1] = 0;
-            let s = l4_sum(&f);
-            (0xffff - s).to_be_bytes()
-        };
-        let w = pick(&base.clone().with_src(o.0, o.1).forwarded());
-        let p = base.clone().payload(&w);
-        assert_ne!(l4_csum(&p.build()), 0xffff, "test setup: the input should not already carry 0xffff");
-        let (v, out) = env.inside(&p.build());
-        assert_eq!(v, XDP_REDIRECT, "expected the packet translated");
-        assert_eq!(
-            l4_csum(&out),
-            0xffff,
-            "expected a computed UDP checksum of 0 to be sent as 0xffff (outbound)"
-        );
-        assert_frame_eq(&out, &p.clone().with_src(o.0, o.1).forwarded().build(), "checksum 0xffff outbound");
-        assert_csums(&out, "checksum 0xffff outbound");
-
-        let rb = reply(&base, o).payload(&[0, 0]);
-        let w = pick(&rb.clone().with_dst(sub(1), 40002).forwarded());
-        let r = rb.payload(&w);
-        let (v, out) = env.outside(&r.build());
-        assert_eq!(v, XDP_REDIRECT, "expected the reply translated");
-        assert_eq!(
-            l4_csum(&out),
-            0xffff,
-            "expected a computed UDP checksum of 0 to be sent as 0xffff (inbound)"
-        );
-        assert_frame_eq(
-            &out,
-            &r.clone().with_dst(sub(1), 40002).forwarded().build(),
-            "checksum 0xffff inbound",
-        );
-    });
-}
-
-#[test]
 fn tcp_handshake_and_data_both_ways() {
     with_env(&cfg(), |env| {
         let me = (sub(1), 40000);
@@ -194,48 +133,6 @@ fn icmp_echo_request_out_and_reply_in() {
     });
 }
 
-/// Inbound to a pool address and port that no mapping holds: dropped, counted, no state.
-#[test]
-fn inbound_without_mapping_drops() {
-    let rows: Vec<(&str, Pkt)> = vec![
-        ("UDP to a pool port", Pkt::udp(SERVER, 53, POOL0, 40000)),
-        ("TCP SYN to a pool port", Pkt::tcp(SERVER, 80, POOL0, 40000, SYN)),
-        ("ICMP echo reply to a pool address", Pkt::echo_reply(SERVER, POOL0, 40000)),
-        ("ICMP echo request to a pool address", Pkt::echo_request(SERVER, POOL0, 1234)),
-        ("UDP to the last pool address", Pkt::udp(SERVER, 53, Ipv4Addr::new(203, 0, 113, 23), 2000)),
-        ("UDP to a port below the pool range", Pkt::udp(SERVER, 53, POOL0, 53)),
-    ];
-    with_env(&cfg(), |env| {
-        for (what, p) in &rows {
-            let before = env.stats();
-            env.expect_verdict(Side::Outside, &p.build(), XDP_DROP, what);
-            env.assert_counters(&before, &[("rx_outside", 1), ("no_mapping", 1)], what);
-            env.assert_no_state(what);
-        }
-    });
-}
-
-/// A mapping is per protocol: a UDP mapping does not open the same port for TCP or ICMP.
-#[test]
-fn inbound_other_protocol_on_a_mapped_port_drops() {
-    with_env(&cfg(), |env| {
-        let o = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "UDP out");
-        for (what, p) in [
-            ("TCP to the UDP mapping's port", Pkt::tcp(SERVER, 53, o.0, o.1, SYN)),
-            ("ICMP echo reply with the UDP mapping's port as id", Pkt::echo_reply(SERVER, o.0, o.1)),
-        ] {
-            let before = env.stats();
-            env.expect_verdict(Side::Outside, &p.build(), XDP_DROP, what);
-            env.assert_counters(&before, &[("rx_outside", 1), ("no_mapping", 1)], what);
-        }
-        assert_eq!(
-            (env.mappings().len(), env.sessions().len()),
-            (1, 1),
-            "expected the UDP mapping and session only"
-        );
-    });
-}
-
 /// Endpoint-independent mapping (RFC 4787 REQ-1): one inside endpoint, two remotes, one
 /// outside endpoint, two sessions on one mapping.
 #[test]
@@ -269,24 +166,6 @@ fn eif_admits_an_unknown_remote() {
     });
 }
 
-#[test]
-fn adf_drops_an_unknown_address() {
-    with_env(&cfg().set("nat", "filtering", "\"address-dependent\""), |env| {
-        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
-        let o = xlate_out(env, &p, None, "UDP out");
-        xlate_in(env, &reply(&p, o), (sub(1), 40000), "reply from the contacted remote");
-        let before = env.stats();
-        env.expect_verdict(
-            Side::Outside,
-            &Pkt::udp(SERVER2, 53, o.0, o.1).build(),
-            XDP_DROP,
-            "from another address",
-        );
-        env.assert_counters(&before, &[("rx_outside", 1), ("filtered", 1)], "from another address");
-        assert_eq!(env.live_sessions().len(), 1, "expected no session for the refused remote");
-    });
-}
-
 /// RFC 4787 section 5, address-dependent filtering: once X:x sent to Y:y, packets from Y
 /// from ANY port are admitted ("X:x has sent packets to Y:any").
 #[test]
@@ -303,77 +182,6 @@ fn adf_admits_another_port_of_a_contacted_address() {
         let s = env.session(sub(1), 40000, SERVER, 5353, UDP).expect("expected a session for the new port");
         assert_eq!(s.flags & SF_INBOUND, SF_INBOUND, "expected it flagged inbound");
         assert_eq!(env.live_sessions().len(), 2, "expected two sessions (the permit record aside)");
-    });
-}
-
-#[test]
-fn apdf_drops_another_port_of_a_contacted_address() {
-    with_env(&cfg().set("nat", "filtering", "\"address-and-port-dependent\""), |env| {
-        let p = Pkt::udp(sub(1), 40000, SERVER, 53);
-        let o = xlate_out(env, &p, None, "UDP out");
-        xlate_in(env, &reply(&p, o), (sub(1), 40000), "reply from the contacted remote and port");
-        let before = env.stats();
-        env.expect_verdict(
-            Side::Outside,
-            &Pkt::udp(SERVER, 5353, o.0, o.1).build(),
-            XDP_DROP,
-            "another port",
-        );
-        env.assert_counters(
-            &before,
-            &[("rx_outside", 1), ("filtered", 1)],
-            "another port of the contacted address",
-        );
-    });
-}
-
-#[test]
-fn ip_and_tcp_options_are_carried_through() {
-    with_env(&cfg(), |env| {
-        // router alert (4 bytes): IHL 6, covered by the header checksum the data plane
-        // verifies and updates
-        let ra = [0x94, 0x04, 0x00, 0x00];
-        let p = Pkt::udp(sub(1), 40000, SERVER, 53).ip_options(&ra);
-        assert_eq!(ihl(&p.build()), 24, "test setup: expected IHL 6");
-        let o = xlate_out(env, &p, None, "UDP with IP options out");
-        xlate_in(env, &reply(&p, o).ip_options(&ra), (sub(1), 40000), "UDP with IP options in");
-        // TCP with MSS, SACK-permitted, timestamps (data offset 10)
-        let opts = [2, 4, 5, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0];
-        let syn = Pkt::tcp(sub(1), 40001, SERVER, 443, SYN).tcp_options(&opts);
-        let o = xlate_out(env, &syn, None, "SYN with 20 bytes of TCP options");
-        xlate_in(
-            env,
-            &Pkt::tcp(SERVER, 443, o.0, o.1, SYN | ACK).tcp_options(&opts),
-            (sub(1), 40001),
-            "SYN-ACK with options",
-        );
-    });
-}
-
-/// Link-layer padding after the IP total length (minimum-size Ethernet frames) is valid;
-/// the data plane translates by the IP/UDP lengths and leaves the padding alone.
-#[test]
-fn padded_minimum_frames_translate() {
-    with_env(&cfg(), |env| {
-        let ping = Pkt::echo_request(sub(1), SERVER, 0x0101).payload(&[]).padded(18);
-        let f = ping.build();
-        assert_eq!(
-            (f.len(), ip_tot_len(&f)),
-            (60, 28),
-            "test setup: a 28-byte ICMP packet in a 60-byte frame"
-        );
-        let o = xlate_out(env, &ping, None, "padded echo request out");
-        xlate_in(env, &reply(&ping, o).payload(&[]).padded(18), (sub(1), 0x0101), "padded echo reply in");
-
-        let u = Pkt::udp(sub(1), 40000, SERVER, 53).payload(&[1, 2]).padded(16);
-        assert_eq!(u.build().len(), 60, "test setup: a 60-byte UDP frame");
-        let o = xlate_out(env, &u, None, "padded UDP out");
-        xlate_in(env, &reply(&u, o).payload(&[3]).padded(17), (sub(1), 40000), "padded UDP in");
-
-        let syn = Pkt::tcp(sub(1), 40001, SERVER, 80, SYN).padded(2);
-        assert_eq!(syn.build().len(), 60, "test setup: a 60-byte SYN frame");
-        let o = xlate_out(env, &syn, None, "padded SYN out");
-        xlate_in(env, &reply(&syn, o).padded(2), (sub(1), 40001), "padded SYN-ACK in");
     });
 }
 
@@ -419,27 +227,5 @@ fn hairpin_between_two_subscribers() {
             "hairpinned to B",
         );
         assert_csums(&out, "hairpin A -> B");
-    });
-}
-
-#[test]
-fn hairpin_disabled_drops() {
-    with_env(&cfg().set("nat", "hairpinning", "false"), |env| {
-        let a_out = xlate_out(env, &Pkt::udp(sub(1), 40000, SERVER, 53), None, "A to a server");
-        let before = env.stats();
-        let p = Pkt::udp(sub(2), 41000, a_out.0, a_out.1);
-        env.expect_verdict(Side::Inside, &p.build(), XDP_DROP, "B to A's outside endpoint");
-        env.assert_counters(&before, &[("rx_inside", 1), ("hairpin_disabled", 1)], "hairpinning off");
-        assert!(env.subscriber(sub(2)).is_none(), "expected no state for B");
-    });
-}
-
-#[test]
-fn hairpin_to_an_unmapped_pool_port_drops() {
-    with_env(&cfg(), |env| {
-        let before = env.stats();
-        let p = Pkt::udp(sub(2), 41000, POOL0, 7);
-        env.expect_verdict(Side::Inside, &p.build(), XDP_DROP, "B to a pool port nobody holds");
-        env.assert_some_counters(&before, &[("no_mapping", 1), ("redirected", 0)], "hairpin to nothing");
     });
 }

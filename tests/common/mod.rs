@@ -6,4 +6,5 @@ pub mod netns;
 pub mod packet_helpers;
 pub mod pkt;
 pub mod rng;
+pub mod vectors;
 pub mod wire;
