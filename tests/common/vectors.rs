@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use bytemuck::bytes_of;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
-use natrix::tables::{bytes_of, MmapWords};
+use natrix::tables::MmapWords;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
