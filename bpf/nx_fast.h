@@ -19,6 +19,29 @@ static __always_inline nx_verdict nx_to_slow(struct xdp_md *ctx, __u32 prog)
 	return nx_drop(NX_DROP_INTERNAL);
 }
 
+/* On to the inside slow path, with what the fast path learnt (written only here: an
+ * established packet's path stores nothing it does not need). */
+static __always_inline nx_verdict nx_inside_to_slow(struct xdp_md *ctx, struct nx_scratch *scr,
+						    __u32 pool_idx, int fib_rc, int too_big,
+						    int hairpin)
+{
+	scr->stage.pool_idx = pool_idx;
+	scr->stage.fib_rc = fib_rc;
+	scr->stage.too_big = too_big;
+	scr->stage.hairpin = hairpin;
+	return nx_to_slow(ctx, NX_PROG_INSIDE_SLOW);
+}
+
+/* The same outside: the pool index, and whether an established packet needs "fragmentation
+ * needed" (mtu; the FIB's answer is in the scratch). */
+static __always_inline nx_verdict nx_outside_to_slow(struct xdp_md *ctx, struct nx_scratch *scr,
+						     __u32 pool_idx, int mtu)
+{
+	scr->stage.pool_idx = pool_idx;
+	scr->stage.mtu = mtu;
+	return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+}
+
 /* Ingress on an inside interface: routed here; translated here when established, else in
  * nx_slow_inside. */
 static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
@@ -27,7 +50,6 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	struct nx_sess_key sk = {};
 	struct bpf_fib_lookup *fib;
 	struct nx_config *cfg;
-	struct nx_stage *st;
 	struct nx_pkt p = {};
 	struct nx_sess *s;
 	__u32 pool_idx = 0;
@@ -92,18 +114,13 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	}
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
-	st = &scr->stage;
-	st->pool_idx = pool_idx;
-	st->fib_rc = fib_rc;
-	st->too_big = too_big;
-	st->hairpin = hairpin;
 	if (p.frag || hairpin)
-		return nx_to_slow(ctx, NX_PROG_INSIDE_SLOW);
+		return nx_inside_to_slow(ctx, scr, pool_idx, fib_rc, too_big, hairpin);
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
 		return nx_parse_verdict(rc);
 	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
-		return nx_to_slow(ctx, NX_PROG_INSIDE_SLOW);
+		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0);
 
 	/* An established flow: its session holds the outside endpoint, one lookup. */
 	sk.in_ip = p.ip->saddr;
@@ -113,7 +130,7 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	sk.proto = p.proto;
 	s = nx_sess_lookup_fast(cfg, &sk);
 	if (!s || (s->flags & NX_SF_PERMIT) || !s->out_ip)
-		return nx_to_slow(ctx, NX_PROG_INSIDE_SLOW);
+		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0);
 	nx_sess_touch(cfg, s, p.proto, p.tcp_flags, NX_DIR_OUT, nx_now_tick(cfg));
 	if (cfg->filtering == NX_FILTER_ADF && p.proto != IPPROTO_ICMP)
 		nx_permit_address(&sk, s->expire);
@@ -152,15 +169,13 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 		return nx_pass(NX_STAT_PASS_LOCAL);
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
-	scr->stage.pool_idx = pool_idx;
-	scr->stage.mtu = 0;
 	if (p.frag)
-		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+		return nx_outside_to_slow(ctx, scr, pool_idx, 0);
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
 		return nx_parse_verdict(rc);
 	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
-		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+		return nx_outside_to_slow(ctx, scr, pool_idx, 0);
 
 	/* The outside port's word names the inside endpoint; an established flow's session,
 	 * agreeing with it, is enough. */
@@ -175,7 +190,7 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 	sk.proto = p.proto;
 	s = nx_sess_lookup_fast(cfg, &sk);
 	if (!s || (s->flags & NX_SF_PERMIT) || s->out_port != out_port || s->out_ip != dst)
-		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
+		return nx_outside_to_slow(ctx, scr, pool_idx, 0);
 	now = nx_now_tick(cfg);
 	nx_sess_touch(cfg, s, p.proto, p.tcp_flags, NX_DIR_IN, now);
 	/* Route on the inside address before rewriting: a packet too big for the inside link
@@ -185,10 +200,8 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 	nx_fib_params(ctx, p.ip, fib);
 	fib->ipv4_dst = mk.in_ip;
 	rc = nx_fib_lookup(ctx, fib);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF)) {
-		scr->stage.mtu = 1;
-		return nx_to_slow(ctx, NX_PROG_OUTSIDE_SLOW);
-	}
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF))
+		return nx_outside_to_slow(ctx, scr, pool_idx, 1);
 	nx_rewrite(&p, NX_DIR_IN, mk.in_ip, mk.in_port);
 	nx_count(NX_STAT_XLATE_IN);
 	switch (rc) {

@@ -12,6 +12,8 @@
 #                   case beside this build: a packet-path change's before and after in one run
 #   BENCH_ONLY=newflow  only the connection-setup part of each round (with NATRIX_REF: a quick
 #                   A/B of the setup path; BENCH_ROUNDS applies)
+#   BENCH_ONLY=cost only the per-packet cost (BPF_PROG_TEST_RUN); with NATRIX_REF, this build's
+#                   and the reference's in turn, BENCH_ROUNDS times (default 3)
 #
 # Topology: every gateway has a namespace and a path of its own, all built once and kept
 # up, so that the gateways can be measured one right after the other, case by case:
@@ -65,7 +67,8 @@ if [[ -n $NATRIX_REF ]]; then
 	[[ -x $NATRIX_REF ]] || { echo "bench: NATRIX_REF=$NATRIX_REF is not an executable" >&2; exit 1; }
 	GATEWAYS=${GATEWAYS/natrix /natrix natrixref }
 fi
-[[ -z $BENCH_ONLY || $BENCH_ONLY == newflow ]] || { echo "bench: BENCH_ONLY: only 'newflow' is known" >&2; exit 1; }
+[[ -z $BENCH_ONLY || $BENCH_ONLY == newflow || $BENCH_ONLY == cost ]] ||
+	{ echo "bench: BENCH_ONLY: only 'newflow' and 'cost' are known" >&2; exit 1; }
 MAX_SCALE=$(tr ' ' '\n' <<<"$SCALES" | sort -n | tail -1)
 
 mkdir -p "$OUT"
@@ -395,14 +398,29 @@ if [[ $GATEWAYS == *nft* ]]; then
 	((b > CT_BUCKETS_OLD)) && sysctl -qw net.netfilter.nf_conntrack_buckets=$b
 fi
 
-[[ -z $BENCH_ONLY ]] && say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
-[[ -z $BENCH_ONLY ]] && in_ns "$(gwns natrix)" taskset -c $CPU "$NATRIX_BENCH" cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
-	--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$RAW" 2>>"$LOG" >/dev/null
-$PY -c 'import json,sys
+# cost BENCH RAW LABEL: the per-packet cost and memory of the data plane BENCH (a natrix-bench)
+# embeds, its summary printed with LABEL
+cost() {
+	in_ns "$(gwns natrix)" taskset -c $CPU "$1" cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
+		--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$2" 2>>"$LOG" >/dev/null
+	$PY -c 'import json,sys
 for l in open(sys.argv[1]):
     r=json.loads(l)
     if r["kind"]=="cost":
-        n=r["ns"]; print("  %9d sessions (hot/random): fwd %5.0f/%5.0f ns, out %5.0f/%5.0f ns, in %5.0f/%5.0f ns, new %5.0f ns, %5.1f B/session" % (r["sessions"], n["fwd"]["hot"], n["fwd"]["random"], n["est_out"]["hot"], n["est_out"]["random"], n["est_in"]["hot"], n["est_in"]["random"], n["new_flow"]["at_n"], r["memory"]["bytes_per_session"]))' "$RAW" | tee -a "$LOG" >&2
+        n=r["ns"]; print("  %s %9d sessions (hot/random): fwd %5.0f/%5.0f ns, out %5.0f/%5.0f ns, in %5.0f/%5.0f ns, new %5.0f ns, %5.1f B/session" % (sys.argv[2], r["sessions"], n["fwd"]["hot"], n["fwd"]["random"], n["est_out"]["hot"], n["est_out"]["random"], n["est_in"]["hot"], n["est_in"]["random"], n["new_flow"]["at_n"], r["memory"]["bytes_per_session"]))' "$2" "$3" | tee -a "$LOG" >&2
+}
+if [[ $BENCH_ONLY == cost ]]; then
+	gen_of natrixref
+	[[ -z $NATRIX_REF || ${#GENCMD[@]} == 1 ]] || { echo "bench: BENCH_ONLY=cost needs natrix-bench beside NATRIX_REF" >&2; exit 1; }
+	for r in $(seq 1 "${BENCH_ROUNDS:-3}"); do
+		say "per-packet cost, round $r: this build${NATRIX_REF:+, then the reference}"
+		cost "$NATRIX_BENCH" "$OUT/cost-this-$r.jsonl" this
+		[[ -n $NATRIX_REF ]] && cost "${GENCMD[0]}" "$OUT/cost-ref-$r.jsonl" "ref "
+	done
+	exit 0
+fi
+[[ -z $BENCH_ONLY ]] && say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
+[[ -z $BENCH_ONLY ]] && cost "$NATRIX_BENCH" "$RAW" ""
 
 # the stateless gateways and nftables' rules stay up for the whole run (conntrack is
 # flushed where a case needs fresh state); natrix is started by each round
