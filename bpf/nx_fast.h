@@ -23,8 +23,9 @@ static __always_inline nx_verdict nx_to_slow(struct xdp_md *ctx, __u32 prog)
  * established packet's path stores nothing it does not need). */
 static __always_inline nx_verdict nx_inside_to_slow(struct xdp_md *ctx, struct nx_scratch *scr,
 						    __u32 pool_idx, int fib_rc, int too_big,
-						    int hairpin)
+						    int hairpin, int no_sess)
 {
+	scr->stage.no_sess = no_sess;
 	scr->stage.pool_idx = pool_idx;
 	scr->stage.fib_rc = fib_rc;
 	scr->stage.too_big = too_big;
@@ -115,12 +116,12 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	if (p.ip->ttl <= 1)
 		return nx_pass(NX_STAT_PASS_TTL);
 	if (p.frag || hairpin)
-		return nx_inside_to_slow(ctx, scr, pool_idx, fib_rc, too_big, hairpin);
+		return nx_inside_to_slow(ctx, scr, pool_idx, fib_rc, too_big, hairpin, 0);
 	rc = nx_parse_l4(&p);
 	if (rc != NX_PARSE_OK)
 		return nx_parse_verdict(rc);
 	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
-		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0);
+		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, 0);
 
 	/* An established flow: its session holds the outside endpoint, one lookup. */
 	sk.in_ip = p.ip->saddr;
@@ -130,7 +131,7 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	sk.proto = p.proto;
 	s = nx_sess_lookup_fast(cfg, &sk);
 	if (!s || (s->flags & NX_SF_PERMIT) || !s->out_ip)
-		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0);
+		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, !s);
 	nx_sess_touch(cfg, s, p.proto, p.tcp_flags, NX_DIR_OUT, nx_now_tick(cfg));
 	if (cfg->filtering == NX_FILTER_ADF && p.proto != IPPROTO_ICMP)
 		nx_permit_address(&sk, s->expire);

@@ -226,9 +226,12 @@ static __always_inline int nx_filter_allows(struct nx_config *cfg, struct nx_map
 	return nx_sess_lookup(&pk) != 0;
 }
 
-/* Inside -> outside: find or create the mapping and session, rewrite the source.
- * Returns NX_OK, or minus a drop reason. */
-static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p, __u32 now)
+/* Inside -> outside: find or create the mapping and session, rewrite the source. no_sess:
+ * the fast path looked the session up a moment ago and found none (not again here: a
+ * session another CPU made meanwhile is found by the insert, nx_sess_create). Returns
+ * NX_OK, or minus a drop reason. */
+static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p, __u32 now,
+					int no_sess)
 {
 	struct nx_map_key mk = {};
 	struct nx_sess_key sk = {};
@@ -243,7 +246,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	sk.rem_port = p->dport ? *p->dport : 0;
 	sk.proto = p->proto;
 	/* An established flow: its session holds the outside endpoint, one lookup. */
-	s = nx_sess_lookup_fast(cfg, &sk);
+	s = no_sess ? 0 : nx_sess_lookup_fast(cfg, &sk);
 	if (s && !(s->flags & NX_SF_PERMIT) && s->out_ip) {
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 		goto translate;

@@ -77,7 +77,9 @@ static __always_inline int nx_ip_hdr_csum_ok(struct iphdr *ip, void *data_end)
 	return sum == 0xffff;
 }
 
-static __always_inline int nx_parse_ip(struct nx_pkt *p)
+/* IPv4 at p->eth + 1, its header checksum verified when verify is set (not when the
+ * packet's own program verified it already: the slow path's second parse). */
+static __always_inline int nx_parse_ip_(struct nx_pkt *p, int verify)
 {
 	struct iphdr *ip = (void *)(p->eth + 1);
 	__u32 hlen, tot;
@@ -93,7 +95,7 @@ static __always_inline int nx_parse_ip(struct nx_pkt *p)
 		return NX_PARSE_BAD_IP;
 	if ((void *)ip + hlen > p->data_end)
 		return NX_PARSE_BAD_IP;
-	if (!nx_ip_hdr_csum_ok(ip, p->data_end))
+	if (verify && !nx_ip_hdr_csum_ok(ip, p->data_end))
 		return NX_PARSE_BAD_IP;
 	p->ip = ip;
 	p->l4 = (void *)ip + hlen;
@@ -109,6 +111,8 @@ static __always_inline int nx_parse_ip(struct nx_pkt *p)
 	return NX_PARSE_OK;
 }
 
+static __always_inline int nx_parse_ip(struct nx_pkt *p) { return nx_parse_ip_(p, 1); }
+
 /* Ethernet and IPv4: NX_PARSE_OK, NX_PARSE_FRAGMENT (a later fragment, headers valid), or
  * the reason to pass or drop. */
 static __always_inline int nx_parse_l3(struct xdp_md *ctx, struct nx_pkt *p)
@@ -118,6 +122,18 @@ static __always_inline int nx_parse_l3(struct xdp_md *ctx, struct nx_pkt *p)
 	if (rc != NX_PARSE_OK)
 		return rc;
 	return nx_parse_ip(p);
+}
+
+/* The same for a frame this packet's fast path parsed already (the slow path: no packet
+ * pointer survives a tail call, the frame is unchanged): the bounds again, for the
+ * verifier, not the header checksum. */
+static __always_inline int nx_parse_l3_again(struct xdp_md *ctx, struct nx_pkt *p)
+{
+	int rc = nx_parse_eth(ctx, p);
+
+	if (rc != NX_PARSE_OK)
+		return rc;
+	return nx_parse_ip_(p, 0);
 }
 
 static __always_inline int nx_parse_l4(struct nx_pkt *p)

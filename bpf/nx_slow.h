@@ -50,7 +50,7 @@ static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx)
 	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
 	st = &scr->stage;
-	rc = nx_parse_l3(ctx, &p);
+	rc = nx_parse_l3_again(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_drop(NX_DROP_INTERNAL); /* the fast path parsed this frame */
 	if (p.frag && st->hairpin)
@@ -76,7 +76,7 @@ static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx)
 	}
 
 	now = nx_now_tick(cfg);
-	rc = nx_xlate_out(cfg, &p, now);
+	rc = nx_xlate_out(cfg, &p, now, st->no_sess);
 	if (rc < 0)
 		return nx_refuse(ctx, -rc);
 	if (st->hairpin) {
@@ -103,7 +103,7 @@ static __always_inline nx_verdict nx_slow_outside(struct xdp_md *ctx)
 		return nx_drop(NX_DROP_INTERNAL);
 	fib = &scr->fib;
 	pool_idx = scr->stage.pool_idx;
-	rc = nx_parse_l3(ctx, &p);
+	rc = nx_parse_l3_again(ctx, &p);
 	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
 		return nx_drop(NX_DROP_INTERNAL); /* the fast path parsed this frame */
 	/* An established flow's packet too big for the inside link with DF (the fast path

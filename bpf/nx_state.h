@@ -237,7 +237,7 @@ struct nx_stage {
 	__u8 too_big;	/* inside: too big for the next hop without DF: the kernel fragments */
 	__u8 hairpin;	/* inside: the destination is a pool address */
 	__u8 mtu;	/* outside: translated, too big for the inside link with DF: answer it */
-	__u8 pad;
+	__u8 no_sess;	/* inside: the fast path looked the packet's session up and found none */
 };
 
 /* Per-CPU scratch space for structures too large for the 512-byte BPF stack, and what one
