@@ -19,6 +19,24 @@ static __always_inline nx_verdict nx_to_slow(struct xdp_md *ctx, __u32 prog)
 	return nx_drop(NX_DROP_INTERNAL);
 }
 
+/* Not a verdict (none is XDP_ABORTED): the packet goes on. */
+#define NX_GO_ON 0
+
+/* What both directions do first: count the packet received (rx), take it only if it is
+ * for natrix, parse Ethernet and IPv4 (*rc: NX_PARSE_OK, or NX_PARSE_FRAGMENT for a later
+ * fragment). NX_GO_ON, or the verdict. */
+static __always_inline nx_verdict nx_fast_begin(struct xdp_md *ctx, struct nx_pkt *p, __u32 rx,
+						int *rc)
+{
+	nx_count(rx);
+	if (!nx_for_us(ctx))
+		return nx_pass(NX_STAT_PASS_OTHER_HOST);
+	*rc = nx_parse_l3(ctx, p);
+	if (*rc != NX_PARSE_OK && *rc != NX_PARSE_FRAGMENT)
+		return nx_parse_verdict(*rc);
+	return NX_GO_ON;
+}
+
 /* On to the inside slow path, with what the fast path learnt (written only here: an
  * established packet's path stores nothing it does not need). */
 static __always_inline nx_verdict nx_inside_to_slow(struct xdp_md *ctx, struct nx_scratch *scr,
@@ -55,14 +73,12 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	struct nx_sess *s;
 	__u32 pool_idx = 0;
 	int rc, fib_rc = 0, too_big = 0, hairpin;
+	nx_verdict v;
 	__u32 dst;
 
-	nx_count(NX_STAT_RX_INSIDE);
-	if (!nx_for_us(ctx))
-		return nx_pass(NX_STAT_PASS_OTHER_HOST);
-	rc = nx_parse_l3(ctx, &p);
-	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
-		return nx_parse_verdict(rc);
+	v = nx_fast_begin(ctx, &p, NX_STAT_RX_INSIDE, &rc);
+	if (v != NX_GO_ON)
+		return v;
 	cfg = nx_config();
 	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
@@ -154,13 +170,11 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 	__u32 pool_idx, dst, now;
 	__be16 out_port;
 	int rc, owner;
+	nx_verdict v;
 
-	nx_count(NX_STAT_RX_OUTSIDE);
-	if (!nx_for_us(ctx))
-		return nx_pass(NX_STAT_PASS_OTHER_HOST);
-	rc = nx_parse_l3(ctx, &p);
-	if (rc != NX_PARSE_OK && rc != NX_PARSE_FRAGMENT)
-		return nx_parse_verdict(rc);
+	v = nx_fast_begin(ctx, &p, NX_STAT_RX_OUTSIDE, &rc);
+	if (v != NX_GO_ON)
+		return v;
 	cfg = nx_config();
 	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
@@ -198,22 +212,10 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 	 * with DF set must be answered "fragmentation needed" quoting it as the sender sent it
 	 * (RFC 4787 REQ-13), from the pool address it was sent to: the slow path's. */
 	fib = &scr->fib;
-	nx_fib_params(ctx, p.ip, fib);
-	fib->ipv4_dst = mk.in_ip;
-	rc = nx_fib_lookup(ctx, fib);
+	rc = nx_fib_inside(ctx, p.ip, fib, mk.in_ip);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF))
 		return nx_outside_to_slow(ctx, scr, pool_idx, 1);
-	nx_rewrite(&p, NX_DIR_IN, mk.in_ip, mk.in_port);
-	nx_count(NX_STAT_XLATE_IN);
-	switch (rc) {
-	case BPF_FIB_LKUP_RET_SUCCESS:
-		return nx_redirect(&p, fib);
-	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return nx_pass(NX_STAT_PASS_NO_NEIGH);
-	default:
-		/* translated already: the kernel fragments (DF clear), or answers for the route */
-		return nx_pass(NX_STAT_PASS_FIB_OTHER);
-	}
+	return nx_in_finish(&p, fib, rc, mk.in_ip, mk.in_port);
 }
 
 #endif /* NX_FAST_H */

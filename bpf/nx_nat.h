@@ -425,4 +425,33 @@ static __always_inline nx_verdict nx_out_finish(struct nx_pkt *p, struct bpf_fib
 	return nx_pass(NX_STAT_PASS_NO_NEIGH);
 }
 
+/* Inbound, the inside endpoint found: route on its address before rewriting (a packet too
+ * big for the inside link with DF must be answered quoting it as the sender sent it, RFC
+ * 4787 REQ-13). The FIB's answer; fib holds its results. */
+static __always_inline int nx_fib_inside(struct xdp_md *ctx, struct iphdr *ip,
+					 struct bpf_fib_lookup *fib, __u32 in_ip)
+{
+	nx_fib_params(ctx, ip, fib);
+	fib->ipv4_dst = in_ip;
+	return nx_fib_lookup(ctx, fib);
+}
+
+/* Then: the destination becomes the inside endpoint, and the packet is forwarded (rc, the
+ * FIB's answer, says how) or handed to the kernel translated. */
+static __always_inline nx_verdict nx_in_finish(struct nx_pkt *p, struct bpf_fib_lookup *fib, int rc,
+					       __u32 in_ip, __u16 in_port)
+{
+	nx_rewrite(p, NX_DIR_IN, in_ip, in_port);
+	nx_count(NX_STAT_XLATE_IN);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		return nx_redirect(p, fib);
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return nx_pass(NX_STAT_PASS_NO_NEIGH);
+	default:
+		/* translated already: the kernel fragments (DF clear), or answers for the route */
+		return nx_pass(NX_STAT_PASS_FIB_OTHER);
+	}
+}
+
 #endif /* NX_NAT_H */

@@ -139,23 +139,11 @@ static __always_inline nx_verdict nx_slow_outside(struct xdp_md *ctx)
 	/* Route on the inside address before rewriting: a packet too big for the inside link
 	 * with DF set must be answered "fragmentation needed" quoting it as the sender sent it
 	 * (RFC 4787 REQ-13), from the pool address it was sent to. */
-	nx_fib_params(ctx, p.ip, fib);
-	fib->ipv4_dst = in_ip;
-	rc = nx_fib_lookup(ctx, fib);
+	rc = nx_fib_inside(ctx, p.ip, fib, in_ip);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && (p.ip->frag_off & NX_IP_DF))
 		return nx_icmp_send(ctx, NX_ICMP_TC(ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED),
 				    fib->mtu_result, p.ip->daddr, NX_DROP_MTU_EXCEEDED);
-	nx_rewrite(&p, NX_DIR_IN, in_ip, in_port);
-	nx_count(NX_STAT_XLATE_IN);
-	switch (rc) {
-	case BPF_FIB_LKUP_RET_SUCCESS:
-		return nx_redirect(&p, fib);
-	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return nx_pass(NX_STAT_PASS_NO_NEIGH);
-	default:
-		/* translated already: the kernel fragments (DF clear), or answers for the route */
-		return nx_pass(NX_STAT_PASS_FIB_OTHER);
-	}
+	return nx_in_finish(&p, fib, rc, in_ip, in_port);
 }
 
 #endif /* NX_SLOW_H */

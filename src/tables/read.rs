@@ -26,20 +26,9 @@ impl Tables {
         let w = m.words();
         let mut out = Vec::new();
         for e in w.chunks_exact(4) {
-            let w0 = e[0].load(Ordering::Acquire);
-            if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE {
-                continue;
+            if let Slot::Live(words) = read_slot(e) {
+                out.push(slot_value::<V>(words));
             }
-            let words = [
-                w0,
-                e[1].load(Ordering::Acquire),
-                e[2].load(Ordering::Acquire),
-                e[3].load(Ordering::Acquire),
-            ];
-            if (e[0].load(Ordering::Acquire) ^ w0) & (SLOT_STATE_MASK | SLOT_GEN_MASK) != 0 {
-                continue;
-            }
-            out.push(slot_value::<V>(words));
         }
         Ok(out)
     }
@@ -51,20 +40,15 @@ impl Tables {
         let m = MmapWords::new(&self.sess, "nx_sess")?;
         let mut live = 0;
         for e in m.words().chunks_exact(4) {
-            let w0 = e[0].load(Ordering::Acquire);
-            if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE {
-                continue;
-            }
+            let words = match read_slot(e) {
+                Slot::NotLive => continue,
+                Slot::Changed => {
+                    live += 1;
+                    continue;
+                }
+                Slot::Live(words) => words,
+            };
             live += 1;
-            let words = [
-                w0,
-                e[1].load(Ordering::Acquire),
-                e[2].load(Ordering::Acquire),
-                e[3].load(Ordering::Acquire),
-            ];
-            if (e[0].load(Ordering::Acquire) ^ w0) & (SLOT_STATE_MASK | SLOT_GEN_MASK) != 0 {
-                continue;
-            }
             f(&slot_value::<nx_sess>(words));
         }
         Ok(live)
@@ -264,6 +248,29 @@ impl Tables {
 }
 
 /// A 32-byte slot's four words as the C struct of its table.
+/// One slot of an open-addressed table as read through mmap.
+enum Slot {
+    NotLive,
+    /// LIVE when first read, reused or deleted before its four words were read
+    Changed,
+    Live([u64; 4]),
+}
+
+/// Reads slot `e` (four words) twice-checked: its words, if it was LIVE and the same entry
+/// throughout.
+fn read_slot(e: &[std::sync::atomic::AtomicU64]) -> Slot {
+    let w0 = e[0].load(Ordering::Acquire);
+    if (w0 & SLOT_STATE_MASK) >> SLOT_CTL_SHIFT != SLOT_LIVE {
+        return Slot::NotLive;
+    }
+    let words =
+        [w0, e[1].load(Ordering::Acquire), e[2].load(Ordering::Acquire), e[3].load(Ordering::Acquire)];
+    if (e[0].load(Ordering::Acquire) ^ w0) & (SLOT_STATE_MASK | SLOT_GEN_MASK) != 0 {
+        return Slot::Changed;
+    }
+    Slot::Live(words)
+}
+
 fn slot_value<V: Pod>(words: [u64; 4]) -> V {
     bytemuck::pod_read_unaligned(&bytemuck::bytes_of(&words)[..std::mem::size_of::<V>()])
 }

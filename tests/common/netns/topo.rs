@@ -361,23 +361,26 @@ impl Topo {
         Stats(serde_json::from_str(&text).unwrap_or_else(|e| panic!("stats --json: {e}: {text}")))
     }
 
+    /// `natrix run --config <config>` in the gateway, its stderr to `log`.
+    fn spawn_run(&self, config: &Path, log: File) -> std::process::Child {
+        self.natrix_in_gw()
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn natrix run")
+    }
+
     /// Starts `natrix run --config <config>` in the gateway and waits for `ready`.
     /// Returns the log so far.
     pub fn start_daemon(&mut self, config: &Path) -> String {
         assert!(self.daemon.is_none(), "a daemon is already running");
         let log = self.dir.join(format!("daemon-{}.log", self.logs.len()));
         self.logs.push(log.clone());
-        let err = File::create(&log).unwrap();
-        let child = self
-            .natrix_in_gw()
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .expect("spawn natrix run");
+        let child = self.spawn_run(config, File::create(&log).unwrap());
         self.daemon = Some(Daemon { child });
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -432,16 +435,7 @@ impl Topo {
     /// stderr. Should it become ready instead, it is stopped and the test fails.
     pub fn run_expect_exit(&self, config: &Path) -> (ExitStatus, String) {
         let log = self.dir.join("failing-run.log");
-        let mut child = self
-            .natrix_in_gw()
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn natrix run");
+        let mut child = self.spawn_run(config, File::create(&log).unwrap());
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(st) = child.try_wait().unwrap() {
