@@ -17,6 +17,9 @@ typedef __u32 nx_verdict;
 #define NX_VERDICT_ACT(v) ((v) >> 16)
 #define NX_VERDICT_WHY(v) ((v)&0xffff)
 
+/* Not a verdict (none is XDP_ABORTED): what a step returns when the packet goes on. */
+#define NX_GO_ON 0
+
 /* Dropped, for reason (NX_DROP_*; NX_STAT_FRAG_HELD: the frame's copy is the daemon's). */
 static __always_inline nx_verdict nx_drop(__u32 reason) { return NX_VERDICT(XDP_DROP, reason); }
 

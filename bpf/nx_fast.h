@@ -19,9 +19,6 @@ static __always_inline nx_verdict nx_to_slow(struct xdp_md *ctx, __u32 prog)
 	return nx_drop(NX_DROP_INTERNAL);
 }
 
-/* Not a verdict (none is XDP_ABORTED): the packet goes on. */
-#define NX_GO_ON 0
-
 /* What both directions do first: count the packet received (rx), take it only if it is
  * for natrix, parse Ethernet and IPv4 (*rc: NX_PARSE_OK, or NX_PARSE_FRAGMENT for a later
  * fragment). NX_GO_ON, or the verdict. */
@@ -72,7 +69,7 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	struct nx_pkt p = {};
 	struct nx_sess *s;
 	__u32 pool_idx = 0;
-	int rc, fib_rc = 0, too_big = 0, hairpin;
+	int rc, fib_rc = 0, too_big = 0, hairpin, icmp_err;
 	nx_verdict v;
 	__u32 dst;
 
@@ -133,10 +130,10 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 		return nx_pass(NX_STAT_PASS_TTL);
 	if (p.frag || hairpin)
 		return nx_inside_to_slow(ctx, scr, pool_idx, fib_rc, too_big, hairpin, 0);
-	rc = nx_parse_l4(&p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
+	v = nx_parse_transport(&p, &icmp_err);
+	if (v != NX_GO_ON)
+		return v;
+	if (icmp_err)
 		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, 0);
 
 	/* An established flow: its session holds the outside endpoint, one lookup. */
@@ -169,7 +166,7 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 	struct nx_sess *s;
 	__u32 pool_idx, dst, now;
 	__be16 out_port;
-	int rc, owner;
+	int rc, owner, icmp_err;
 	nx_verdict v;
 
 	v = nx_fast_begin(ctx, &p, NX_STAT_RX_OUTSIDE, &rc);
@@ -186,10 +183,10 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 		return nx_pass(NX_STAT_PASS_TTL);
 	if (p.frag)
 		return nx_outside_to_slow(ctx, scr, pool_idx, 0);
-	rc = nx_parse_l4(&p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p))
+	v = nx_parse_transport(&p, &icmp_err);
+	if (v != NX_GO_ON)
+		return v;
+	if (icmp_err)
 		return nx_outside_to_slow(ctx, scr, pool_idx, 0);
 
 	/* The outside port's word names the inside endpoint; an established flow's session,

@@ -214,8 +214,14 @@ __noinline int nx_sess_put(__u32 ip, __u32 home)
 			if (!NX_BLOCK_NSESS(old) ||
 			    __sync_val_compare_and_swap(bw, old, old - NX_BLOCK_NSESS_ONE) == old)
 				return 1;
+			nx_count(NX_STAT_ALLOC_RETRY);
 		}
-		return 0;
+		/* Lost to busy counting sixteen times: this session's count is on the word (it
+		 * was taken there only while ip owned it, and a block counting sessions keeps
+		 * its owner), so a plain atomic subtract is safe; giving up would leave the
+		 * block counting a session that is gone, never to be released. */
+		__sync_fetch_and_sub(bw, NX_BLOCK_NSESS_ONE);
+		return 1;
 	}
 	cnt = nx_sub_nsess(cfg, ip);
 	if (!cnt)
@@ -225,6 +231,7 @@ __noinline int nx_sess_put(__u32 ip, __u32 home)
 
 		if (!old || __sync_val_compare_and_swap(cnt, old, old - 1) == old)
 			return 1;
+		nx_count(NX_STAT_ALLOC_RETRY);
 	}
 	return 0;
 }

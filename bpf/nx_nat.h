@@ -454,4 +454,23 @@ static __always_inline nx_verdict nx_in_finish(struct nx_pkt *p, struct bpf_fib_
 	}
 }
 
+/* The transport header, parsed (both paths: the slow path's pointers do not survive the
+ * tail call). NX_GO_ON with *icmp_err set for an ICMP error (translated as one, not as a
+ * query), or the verdict: malformed, or an ICMP type natrix neither translates nor
+ * forwards. */
+static __always_inline nx_verdict nx_parse_transport(struct nx_pkt *p, int *icmp_err)
+{
+	int rc = nx_parse_l4(p);
+
+	*icmp_err = 0;
+	if (rc != NX_PARSE_OK)
+		return nx_parse_verdict(rc);
+	if (p->proto != IPPROTO_ICMP || nx_icmp_is_query(p))
+		return NX_GO_ON;
+	if (!nx_icmp_is_error(((struct icmphdr *)p->l4)->type))
+		return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+	*icmp_err = 1;
+	return NX_GO_ON;
+}
+
 #endif /* NX_NAT_H */

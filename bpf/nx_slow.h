@@ -44,7 +44,8 @@ static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx)
 	struct nx_config *cfg = nx_config();
 	struct nx_stage *st;
 	struct nx_pkt p = {};
-	int rc;
+	int rc, icmp_err;
+	nx_verdict v;
 	__u32 now;
 
 	if (!cfg || !scr)
@@ -64,12 +65,10 @@ static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx)
 			return nx_drop(-rc);
 		return nx_out_finish(&p, &scr->fib, st->fib_rc, st->too_big);
 	}
-	rc = nx_parse_l4(&p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
-		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
-			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+	v = nx_parse_transport(&p, &icmp_err);
+	if (v != NX_GO_ON)
+		return v;
+	if (icmp_err) {
 		if (!nx_is_subscriber(p.ip->saddr))
 			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
 		return nx_error_out(ctx, scr, st->hairpin);
@@ -97,7 +96,8 @@ static __always_inline nx_verdict nx_slow_outside(struct xdp_md *ctx)
 	__u32 in_ip, now, pool_idx;
 	__u16 in_port;
 	struct nx_pkt p = {};
-	int rc;
+	int rc, icmp_err;
+	nx_verdict v;
 
 	if (!cfg || !scr)
 		return nx_drop(NX_DROP_INTERNAL);
@@ -118,12 +118,10 @@ static __always_inline nx_verdict nx_slow_outside(struct xdp_md *ctx)
 			    -rc); /* a reason, or fragments_held: its copy is the daemon's */
 		return nx_finish(ctx, &p, fib);
 	}
-	rc = nx_parse_l4(&p);
-	if (rc != NX_PARSE_OK)
-		return nx_parse_verdict(rc);
-	if (p.proto == IPPROTO_ICMP && !nx_icmp_is_query(&p)) {
-		if (!nx_icmp_is_error(((struct icmphdr *)p.l4)->type))
-			return nx_drop(NX_DROP_UNSUPPORTED_ICMP);
+	v = nx_parse_transport(&p, &icmp_err);
+	if (v != NX_GO_ON)
+		return v;
+	if (icmp_err) {
 		rc = nx_icmp_error_in(ctx);
 		if (rc < 0)
 			return nx_drop(-rc);

@@ -855,17 +855,9 @@ impl Dataplane {
                 return Err(DataplaneError::Io { what: format!("removing {}", path.display()), source })
             }
         }
-        let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
-        let fd = self.skel.maps.nx_progs.as_fd().as_raw_fd();
-        // SAFETY: a valid map descriptor the skeleton owns and a NUL-terminated path.
-        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd, cpath.as_ptr()) };
-        if rc != 0 {
-            return Err(DataplaneError::Io {
-                what: format!("pinning the slow path's program array at {}", path.display()),
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(())
+        libbpf_rs::MapHandle::try_from(&self.skel.maps.nx_progs)
+            .and_then(|mut h| h.pin(&path))
+            .map_err(bpf(format!("pinning the slow path's program array at {}", path.display())))
     }
 }
 

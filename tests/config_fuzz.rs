@@ -58,38 +58,8 @@ const SECTIONS: [&str; 8] =
     ["interfaces", "pool", "nat", "fragments", "timeouts", "limits", "fib_cache", "daemon"];
 const TABLE_ARRAYS: [&str; 2] = ["exclude", "forward"];
 
-/// Every key of every section (src/config/mod.rs allowed_keys).
-const KEYS: &[(&str, &[&str])] = &[
-    ("interfaces", &["inside", "outside", "xdp_mode", "virtual_macs"]),
-    ("pool", &["addresses", "ports"]),
-    ("exclude", &["prefix"]),
-    ("forward", &["proto", "outside", "inside"]),
-    (
-        "nat",
-        &[
-            "block_size",
-            "max_blocks_per_subscriber",
-            "port_parity",
-            "hairpinning",
-            "filtering",
-            "max_new_mappings_per_sec",
-            "port_class",
-            "icmp_errors_per_sec",
-            "mode",
-            "deterministic_subscribers",
-            "deterministic_ports",
-            "deterministic_probe",
-            "home_probe",
-            "subscribers",
-            "unreachable_code",
-        ],
-    ),
-    ("fragments", &["timeout", "max_tracked", "max_held"]),
-    ("timeouts", &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"]),
-    ("limits", &["max_subscribers", "max_mappings", "max_sessions", "max_sessions_per_subscriber"]),
-    ("fib_cache", &["entries", "max_age"]),
-    ("daemon", &["pin_path", "sweep_interval"]),
-];
+/// Every key of every section, as the parser has them.
+const KEYS: &[(&str, &[&str])] = natrix::config::SECTION_KEYS;
 
 /// What tests/common/netns/topo.rs's `Conf::demo` renders.
 const DEMO: &str = r#"[interfaces]

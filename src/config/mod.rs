@@ -425,13 +425,16 @@ fn table_array<'a>(root: &'a Table, name: &'static str, max: usize) -> Result<Ve
         .collect()
 }
 
-fn allowed_keys(section: &str) -> &'static [&'static str] {
-    match section {
-        "interfaces" => &["inside", "outside", "xdp_mode", "virtual_macs"],
-        "pool" => &["addresses", "ports"],
-        "exclude" => &["prefix"],
-        "forward" => &["proto", "outside", "inside"],
-        "nat" => &[
+/// Every key of every section: what the parser accepts (a key not listed is an error that
+/// names it). The config fuzzer (tests/config_fuzz.rs) draws its keys from here.
+pub const SECTION_KEYS: &[(&str, &[&str])] = &[
+    ("interfaces", &["inside", "outside", "xdp_mode", "virtual_macs"]),
+    ("pool", &["addresses", "ports"]),
+    ("exclude", &["prefix"]),
+    ("forward", &["proto", "outside", "inside"]),
+    (
+        "nat",
+        &[
             "block_size",
             "max_blocks_per_subscriber",
             "port_parity",
@@ -448,13 +451,16 @@ fn allowed_keys(section: &str) -> &'static [&'static str] {
             "subscribers",
             "unreachable_code",
         ],
-        "fragments" => &["timeout", "max_tracked", "max_held"],
-        "timeouts" => &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"],
-        "limits" => &["max_subscribers", "max_mappings", "max_sessions", "max_sessions_per_subscriber"],
-        "fib_cache" => &["entries", "max_age"],
-        "daemon" => &["pin_path", "sweep_interval"],
-        _ => &[],
-    }
+    ),
+    ("fragments", &["timeout", "max_tracked", "max_held"]),
+    ("timeouts", &["udp", "tcp_established", "tcp_transitory", "icmp", "port_hold_down"]),
+    ("limits", &["max_subscribers", "max_mappings", "max_sessions", "max_sessions_per_subscriber"]),
+    ("fib_cache", &["entries", "max_age"]),
+    ("daemon", &["pin_path", "sweep_interval"]),
+];
+
+fn allowed_keys(section: &str) -> &'static [&'static str] {
+    SECTION_KEYS.iter().find(|(s, _)| *s == section).map_or(&[], |(_, k)| *k)
 }
 
 #[cfg(test)]
