@@ -77,8 +77,8 @@ int nx_abi_probe(struct nx_abi_probe *p)
 	p->sess_k1 = nx_sess_k1(&sk);
 	p->map_k0 = nx_map_k0(&mk);
 	p->det_start = nx_det_start(&cfg, nx_det_hash(&cfg, sip, pp), pp, first);
-	p->home_start =
-	    nx_walk_start(&cfg, nx_home_hash(&cfg, sip, pp), pp, first, cfg.block_size / 2);
+	p->home_start = nx_walk_start(&cfg, nx_home_hash(&cfg, sip, pp), pp, first,
+				      cfg.block_size / 2, NX_DIV_BLOCK_PAIRS);
 	p->home_block = nx_home_block(&cfg, sip);
 	p->proto_idx = nx_proto_idx(p->proto);
 	p->port_index = nx_port_index(p->addr_idx, pidx, port);
@@ -107,6 +107,7 @@ enum nx_ip_proto nx_btf_ip_proto SEC(".bss");
 enum nx_proto_idx nx_btf_proto_idx SEC(".bss");
 enum nx_config_flags nx_btf_config_flags SEC(".bss");
 enum nx_cfg_arrays nx_btf_cfg_arrays SEC(".bss");
+enum nx_div_id nx_btf_div_id SEC(".bss");
 enum nx_filtering nx_btf_filtering SEC(".bss");
 enum nx_fibc_word nx_btf_fibc_word SEC(".bss");
 enum nx_port_state nx_btf_port_state SEC(".bss");

@@ -50,14 +50,26 @@ static __always_inline int nx_det_range(struct nx_config *cfg, __u32 sip, __u32 
  * have distinct home blocks. While it owns that block, its mappings there are port words
  * found by a walk from the endpoint (nx_home.h). */
 
-static __always_inline __s64 nx_home_block(struct nx_config *cfg, __u32 sip)
+static __always_inline __s64 nx_home_block_at(struct nx_config *cfg, __u32 sip, __u32 *addr_idx,
+						__u32 *blk)
 {
-	__u32 n = cfg->n_addrs, bpa = cfg->blocks_per_addr, i;
+	__u32 n = cfg->n_addrs, bpa = cfg->blocks_per_addr, i, q;
 
 	if (!n || !bpa)
 		return -1;
-	i = bpf_ntohl(sip) % (n * bpa);
-	return (__s64)(i % n) * bpa + i / n;
+	i = nx_umod(cfg, bpf_ntohl(sip), n * bpa, NX_DIV_HOME_SPAN);
+	q = nx_udiv(cfg, i, NX_DIV_ADDRS);
+	*addr_idx = i - q * n; /* i % n: the pool address */
+	*blk = q;	       /* i / n: the block on it */
+	return (__s64)*addr_idx * bpa + q;
+}
+
+/* The same, the global block id alone */
+static __always_inline __s64 nx_home_block(struct nx_config *cfg, __u32 sip)
+{
+	__u32 a, j;
+
+	return nx_home_block_at(cfg, sip, &a, &j);
 }
 
 /* Whether global block gid is the home block of subscriber sip, where its mappings are
@@ -103,17 +115,17 @@ __noinline int nx_home_owned(__u32 sip)
 __noinline long nx_home_take(__u32 sip, __u32 addr, __u64 mixed)
 {
 	struct nx_config *cfg = nx_config();
+	__u32 gid, a, j;
 	__s64 home;
-	__u32 gid;
 	__u64 *w;
 
 	if (!cfg)
 		return -1;
-	home = nx_home_block(cfg, sip);
+	home = nx_home_block_at(cfg, sip, &a, &j);
 	if (home < 0)
 		return -1;
 	gid = (__u32)home;
-	if (addr != NX_ANY_ADDR && gid / cfg->blocks_per_addr != addr)
+	if (addr != NX_ANY_ADDR && a != addr)
 		return -1;
 	w = bpf_map_lookup_elem(&nx_blocks, &gid);
 	mixed &= NX_BLOCK_MIXED;

@@ -50,7 +50,7 @@ static __always_inline __u64 nx_det_hash(struct nx_config *cfg, __u32 sip, __u32
  * port's when port parity is on (RFC 4787 section 4.2.2), else a bit of the hash, so
  * that every lookup of the endpoint walks the same chains in the same order. */
 static __always_inline __u32 nx_walk_start(struct nx_config *cfg, __u64 h, __u32 pp, __u32 first,
-					   __u32 npairs)
+					   __u32 npairs, enum nx_div_id npairs_div)
 {
 	__u32 par;
 
@@ -58,12 +58,12 @@ static __always_inline __u32 nx_walk_start(struct nx_config *cfg, __u64 h, __u32
 		par = (pp ^ first) & 1;
 	else
 		par = (__u32)(h >> 40) & 1;
-	return 2 * ((__u32)h % npairs) + par;
+	return 2 * nx_umod(cfg, (__u32)h, npairs, npairs_div) + par;
 }
 
 static __always_inline __u32 nx_det_start(struct nx_config *cfg, __u64 h, __u32 pp, __u32 first)
 {
-	return nx_walk_start(cfg, h, pp, first, cfg->det_ports / 2);
+	return nx_walk_start(cfg, h, pp, first, cfg->det_ports / 2, NX_DIV_DET_PAIRS);
 }
 
 /* A deterministic mapping seen as a struct nx_map, in the per-CPU scratch, for the code

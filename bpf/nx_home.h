@@ -73,16 +73,16 @@ static __always_inline __u32 nx_home_probe(struct nx_config *cfg)
 static __always_inline int nx_word_is_map(struct nx_config *cfg, __u32 in_ip, __u32 addr_idx,
 					  __u32 port_h)
 {
-	__u32 bs = cfg->block_size, b;
+	__u32 bs = cfg->block_size, a, j, lo;
 
 	if (cfg->det_count)
 		return 1;
-	if (bs < 2 || port_h < cfg->port_lo)
+	if (bs < 2 || !cfg->home_probe || nx_home_block_at(cfg, in_ip, &a, &j) < 0 ||
+	    a != addr_idx)
 		return 0;
-	b = (port_h - cfg->port_lo) / bs;
-	if (b >= cfg->blocks_per_addr)
-		return 0;
-	return nx_is_home(cfg, in_ip, addr_idx * cfg->blocks_per_addr + b);
+	/* in the home block, whose ports are lo .. lo + bs - 1 */
+	lo = cfg->port_lo + j * bs;
+	return port_h >= lo && port_h - lo < bs;
 }
 
 /* Find (create = 0), or find or claim in the home block (create = 1, the endpoint's lock
@@ -92,7 +92,7 @@ static __always_inline int nx_word_is_map(struct nx_config *cfg, __u32 in_ip, __
 __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 {
 	struct nx_config *cfg = nx_config();
-	__u32 pidx = pp >> 16, gid, a = 0, first = 0, slot, n, bpa;
+	__u32 pidx = pp >> 16, gid, a = 0, j = 0, first = 0, slot, n;
 	struct nx_map_key mk = {};
 	struct nx_dwalk d = {};
 	__u64 *bw, b, w = 0;
@@ -104,8 +104,7 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	mk.in_ip = sip;
 	mk.in_port = bpf_htons((__u16)pp);
 	mk.proto = pidx == NX_P_TCP ? IPPROTO_TCP : pidx == NX_P_UDP ? IPPROTO_UDP : IPPROTO_ICMP;
-	bpa = cfg->blocks_per_addr;
-	home = nx_home_block(cfg, sip);
+	home = nx_home_block_at(cfg, sip, &a, &j);
 	if (nx_low_class(cfg, pidx, pp & 0xffff) || home < 0 || cfg->block_size < 2 ||
 	    !cfg->home_probe)
 		goto table;
@@ -116,11 +115,11 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	b = *(volatile __u64 *)bw;
 	if (NX_BLOCK_OWNER(b) != sip)
 		goto table;
-	a = gid / bpa;
-	first = cfg->port_lo + (gid - a * bpa) * cfg->block_size;
+	first = cfg->port_lo + j * cfg->block_size;
 	d.base = nx_port_index(a, pidx, first);
 	d.nports = cfg->block_size & ~1u;
-	d.start = nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, d.nports / 2);
+	d.start = nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, d.nports / 2,
+				NX_DIV_BLOCK_PAIRS);
 	d.key = nx_port_word(sip, (__u16)pp);
 	d.probe = nx_home_probe(cfg);
 	d.found = -1;
@@ -210,13 +209,13 @@ static __always_inline struct nx_map *nx_map_find(struct nx_config *cfg, struct 
 static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
 					     __u16 in_port_h)
 {
-	__u32 idx, first, bs = cfg->block_size, bpa = cfg->blocks_per_addr, a, gid, pp;
+	__u32 idx, first, bs = cfg->block_size, a, j, gid, pp;
 	__s64 home;
 	__u64 *w, v;
 
-	if (pidx >= NX_NPROTO || bs < 2 || !bpa || !cfg->home_probe)
+	if (pidx >= NX_NPROTO || bs < 2 || !cfg->home_probe)
 		return;
-	home = nx_home_block(cfg, sip);
+	home = nx_home_block_at(cfg, sip, &a, &j);
 	if (home < 0)
 		return;
 	gid = (__u32)home;
@@ -225,11 +224,10 @@ static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, _
 		v = *(volatile __u64 *)w;
 		asm volatile("" ::"r"(v));
 	}
-	a = gid / bpa;
-	first = cfg->port_lo + (gid - a * bpa) * bs;
+	first = cfg->port_lo + j * bs;
 	pp = NX_PP(pidx, in_port_h);
 	idx = nx_port_index(a, pidx, first) +
-	      nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, bs / 2);
+	      nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, bs / 2, NX_DIV_BLOCK_PAIRS);
 	w = bpf_map_lookup_elem(&nx_ports, &idx);
 	if (w) {
 		v = *(volatile __u64 *)w;

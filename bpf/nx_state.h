@@ -290,6 +290,21 @@ static __always_inline struct nx_config *nx_config(void)
 	return bpf_map_lookup_elem(&nx_cfg, &zero);
 }
 
+/* x / d, d the divisor cfg->div[id] stands for (struct nx_udiv): a multiply and shifts. */
+static __always_inline __u32 nx_udiv(struct nx_config *cfg, __u32 x, enum nx_div_id id)
+{
+	struct nx_udiv *v = &cfg->div[id];
+	__u32 t = (__u32)(((__u64)x * v->m) >> 32);
+
+	return (t + ((x - t) >> (v->s1 & 31))) >> (v->s2 & 31);
+}
+
+/* x % d, the same d */
+static __always_inline __u32 nx_umod(struct nx_config *cfg, __u32 x, __u32 d, enum nx_div_id id)
+{
+	return x - nx_udiv(cfg, x, id) * d;
+}
+
 /* jiffies in ticks (see NX_TICK_SHIFT): a multiply and an add. */
 static __always_inline __u32 nx_tick_of(struct nx_config *cfg, __u64 jiffies)
 {

@@ -86,6 +86,29 @@ struct nx_subnet {
 	__u32 mask; /* network order */
 };
 
+/* Division of a 32-bit number by a divisor fixed by the configuration, as a multiplication
+ * and two shifts (Granlund and Montgomery, "Division by invariant integers using
+ * multiplication", 1994, figure 4.1): x / d = (t + ((x - t) >> s1)) >> s2, where
+ * t = (x * m) >> 32, for every x < 2^32. The daemon computes m, s1 and s2 from d
+ * (src/tables/layout.rs, UDiv); the packet path divides with nx_udiv (nx_state.h). A
+ * divide instruction costs tens of cycles, and a setup made a dozen of them. */
+struct nx_udiv {
+	__u32 m;
+	__u8 s1;
+	__u8 s2;
+	__u16 pad;
+};
+
+/* nx_config.div: the divisors the packet path divides by (each 0 when not configured,
+ * then nx_udiv is the identity and nothing divides by it). */
+enum nx_div_id {
+	NX_DIV_HOME_SPAN = 0, /* n_addrs * blocks_per_addr: which home block */
+	NX_DIV_ADDRS,	      /* n_addrs: a home block's pool address */
+	NX_DIV_BLOCK_PAIRS,   /* block_size / 2: where a home walk starts */
+	NX_DIV_DET_PAIRS,     /* det_ports / 2: where a deterministic walk starts */
+	NX_NDIV,
+};
+
 /* nx_config.filtering (RFC 4787 section 5) */
 enum nx_filtering {
 	NX_FILTER_EIF = 0,  /* endpoint-independent */
@@ -177,8 +200,10 @@ struct nx_config {
 	__u32 n_subnets;
 	struct nx_subnet subnets[NX_SUBNETS];
 	__u32 pad2;
+	/* The divisions above, as multiplications (struct nx_udiv), by enum nx_div_id */
+	struct nx_udiv div[NX_NDIV];
 };
-nx_static_assert(sizeof(struct nx_config) == 280, "nx_config layout");
+nx_static_assert(sizeof(struct nx_config) == 312, "nx_config layout");
 
 /* ---- The FIB cache (map nx_fibc: per CPU, direct-mapped; see nx_fwd.h) ---------------
  * An answer of bpf_fib_lookup (egress interface and MACs), kept for the key it depends on

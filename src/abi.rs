@@ -7,13 +7,13 @@
 
 use crate::skel::types::{
     nx_abi_probe, nx_clock, nx_config, nx_frag, nx_frag_key, nx_iface, nx_lpm_key, nx_map, nx_map_key,
-    nx_pool_run, nx_sess, nx_sess_key, nx_static_map, nx_sub, nx_subnet, xdp_md,
+    nx_pool_run, nx_sess, nx_sess_key, nx_static_map, nx_sub, nx_subnet, nx_udiv, xdp_md,
 };
 use crate::skel::types::{
-    nx_block_bits, nx_cfg_arrays, nx_config_flags, nx_fibc_word, nx_filtering, nx_hash_keys, nx_iface_macs,
-    nx_iface_role, nx_ip_proto, nx_map_flags, nx_nsess, nx_port_bits, nx_port_state, nx_proto_idx,
-    nx_reap_op, nx_reap_sizes, nx_sess_flags, nx_sizes, nx_slot_bits, nx_slot_state, nx_stat, nx_sub_bits,
-    nx_sub_state, nx_tab_id, nx_tcp_state, nx_tick,
+    nx_block_bits, nx_cfg_arrays, nx_config_flags, nx_div_id, nx_fibc_word, nx_filtering, nx_hash_keys,
+    nx_iface_macs, nx_iface_role, nx_ip_proto, nx_map_flags, nx_nsess, nx_port_bits, nx_port_state,
+    nx_proto_idx, nx_reap_op, nx_reap_sizes, nx_sess_flags, nx_sizes, nx_slot_bits, nx_slot_state, nx_stat,
+    nx_sub_bits, nx_sub_state, nx_tab_id, nx_tcp_state, nx_tick,
 };
 
 // ---- the shared structs as plain old data -------------------------------------------------
@@ -59,6 +59,7 @@ macro_rules! plain_old_data {
 plain_old_data! {
     nx_pool_run { first: u32, count: u16, base: u16 }
     nx_subnet { net: u32, mask: u32 }
+    nx_udiv { m: u32, s1: u8, s2: u8, pad: u16 }
     nx_config {
         to_udp: u32, to_tcp_est: u32, to_tcp_trans: u32, to_icmp: u32, flags: u32, filtering: u32,
         port_lo: u16, port_hi: u16, block_size: u16, blocks_per_addr: u16, max_blocks: u16, n_addrs: u16,
@@ -68,6 +69,7 @@ plain_old_data! {
         fibc_mask: u32, fibc_max_age: u32, det_base: u32, det_count: u32, det_per_addr: u32,
         det_ports: u16, det_probe: u16, layout: u32, home_probe: u32, sess_per_sub: u32,
         unreach_code: u32, n_subnets: u32, subnets: [nx_subnet; SUBNETS], pad2: u32,
+        div: [nx_udiv; NDIV],
     }
     nx_sess_key { in_ip: u32, rem_ip: u32, in_port: u16, rem_port: u16, proto: u8, pad: [u8; 3] }
     nx_sess {
@@ -113,6 +115,14 @@ pub const PORT_INDEX_SHIFT: u32 = PORTS_PER_ADDR.trailing_zeros();
 pub const TICK_SHIFT: u32 = nx_tick::NX_TICK_SHIFT.0;
 /// Subscriber prefixes nx_config holds (NX_SUBNETS); more go to the trie.
 pub const SUBNETS: usize = nx_cfg_arrays::NX_SUBNETS.0 as usize;
+/// Divisors nx_config holds as multiplications (enum nx_div_id, NX_NDIV).
+pub const NDIV: usize = nx_div_id::NX_NDIV.0 as usize;
+/// nx_config.div's entries: the divisors of the home block, its pool address, a home
+/// walk's start and a deterministic walk's start.
+pub const DIV_HOME_SPAN: usize = nx_div_id::NX_DIV_HOME_SPAN.0 as usize;
+pub const DIV_ADDRS: usize = nx_div_id::NX_DIV_ADDRS.0 as usize;
+pub const DIV_BLOCK_PAIRS: usize = nx_div_id::NX_DIV_BLOCK_PAIRS.0 as usize;
+pub const DIV_DET_PAIRS: usize = nx_div_id::NX_DIV_DET_PAIRS.0 as usize;
 /// Runs of pool addresses nx_config holds (NX_POOL_RUNS).
 pub const POOL_RUNS: usize = nx_cfg_arrays::NX_POOL_RUNS.0 as usize;
 /// MACs an interface entry holds (NX_IF_MACS).

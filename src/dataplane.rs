@@ -301,7 +301,7 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
             *slot = nx_subnet { net: ip_be(n.network()), mask: ip_be(n.netmask()) };
         }
     }
-    nx_config {
+    let mut cfg = nx_config {
         to_udp: ticks(c.timeouts.udp),
         to_tcp_est: ticks(c.timeouts.tcp_established),
         to_tcp_trans: ticks(c.timeouts.tcp_transitory),
@@ -352,7 +352,10 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
         n_subnets: subnets_cfg.len() as u32,
         subnets,
         pad2: 0,
-    }
+        div: Default::default(),
+    };
+    crate::tables::set_divisors(&mut cfg);
+    cfg
 }
 
 /// fib_cache.max_age in jiffies of a kernel running at `hz`: rounded up, at least one (an

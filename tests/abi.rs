@@ -17,7 +17,7 @@ use natrix::dataplane::{Dataplane, Persistence};
 use natrix::skel::types::{nx_abi_probe, nx_config, nx_map_key, nx_sess_key};
 use natrix::tables::{
     det_start, home_block, home_start, is_home_word, map_k0, port_index_pidx, proto_idx, sess_k0, sess_k1,
-    sub_home, tab_hash, tab_home,
+    set_divisors, sub_home, tab_hash, tab_home,
 };
 
 /// Random inputs per run of the comparison.
@@ -30,7 +30,7 @@ fn random_config(r: &mut Rng) -> nx_config {
     let span = u32::from(u16::MAX - port_lo) + 1;
     let block_size = (2 * (1 + r.below(u64::from(span / 2).min(2048)))) as u16;
     let det_ports = (2 * (1 + r.below(u64::from(span / 2).min(4096)))) as u16;
-    nx_config {
+    let mut cfg = nx_config {
         flags: r.next() as u32 & 0x3f,
         tab_seed: r.next() as u32,
         port_lo,
@@ -43,7 +43,9 @@ fn random_config(r: &mut Rng) -> nx_config {
         det_count: 0,
         home_probe: r.below(64) as u32,
         ..Default::default()
-    }
+    };
+    set_divisors(&mut cfg);
+    cfg
 }
 
 fn probe(dp: &Dataplane, p: &mut nx_abi_probe) {

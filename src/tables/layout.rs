@@ -8,9 +8,40 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::{
     BLOCK_NSESS_MASK, BLOCK_NSESS_SHIFT, BLOCK_USED_MASK, BLOCK_USED_SHIFT, CF_PORT_PARITY, DET_KEY,
-    HOME_KEY, PROTO_TCP, PROTO_UDP, P_ICMP, P_TCP, P_UDP, SLOT_OVF_OFF, SUB_PROBE, TAB_PROBE,
+    DIV_ADDRS, DIV_BLOCK_PAIRS, DIV_DET_PAIRS, DIV_HOME_SPAN, HOME_KEY, PROTO_TCP, PROTO_UDP, P_ICMP, P_TCP,
+    P_UDP, SLOT_OVF_OFF, SUB_PROBE, TAB_PROBE,
 };
-use crate::skel::types::{nx_config, nx_map_key, nx_sess_key};
+use crate::skel::types::{nx_config, nx_map_key, nx_sess_key, nx_udiv};
+
+/// Division by `d` as the data plane does it (struct nx_udiv in bpf/nx_types.h: Granlund
+/// and Montgomery's multiply and two shifts, exact for every 32-bit dividend); 0 gives the
+/// all-zero entry, which no configured path divides by.
+pub fn udiv_magic(d: u32) -> nx_udiv {
+    if d == 0 {
+        return nx_udiv::default();
+    }
+    // l = ceil(log2 d); m = floor(2^32 * (2^l - d) / d) + 1, which fits in 32 bits
+    let l = 32 - (d - 1).leading_zeros();
+    let m = ((1u128 << 32) * ((1u128 << l) - u128::from(d)) / u128::from(d) + 1) as u32;
+    nx_udiv { m, s1: l.min(1) as u8, s2: l.saturating_sub(1) as u8, pad: 0 }
+}
+
+/// `x / d` with `v = udiv_magic(d)`, as nx_udiv computes it.
+pub fn udiv(x: u32, v: &nx_udiv) -> u32 {
+    let t = ((u64::from(x) * u64::from(v.m)) >> 32) as u32;
+    (t + ((x - t) >> (v.s1 & 31))) >> (v.s2 & 31)
+}
+
+/// Sets `cfg.div` from the geometry in `cfg` (its pool addresses, blocks per address, block
+/// size and deterministic range size): the daemon does this whenever it writes the
+/// configuration, so the packet path never divides.
+pub fn set_divisors(cfg: &mut nx_config) {
+    let (n, bpa) = (u32::from(cfg.n_addrs), u32::from(cfg.blocks_per_addr));
+    cfg.div[DIV_HOME_SPAN] = udiv_magic(n * bpa);
+    cfg.div[DIV_ADDRS] = udiv_magic(n);
+    cfg.div[DIV_BLOCK_PAIRS] = udiv_magic(u32::from(cfg.block_size) / 2);
+    cfg.div[DIV_DET_PAIRS] = udiv_magic(u32::from(cfg.det_ports) / 2);
+}
 
 /// Home buckets (two slots each) of a table configured for `max` entries: 80% full at
 /// `max`. The array has TAB_PROBE buckets more (`tab_slots`): a search never wraps.
@@ -201,5 +232,30 @@ mod tests {
         let mut all: Vec<u32> = (0..16).filter_map(|k| det_walk_pos(4, k, 99, 16)).collect();
         all.sort_unstable();
         assert_eq!(all, (0..16).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn udiv_is_division() {
+        // every divisor class: 1, powers of two and their neighbours, the largest, and a
+        // spread of others; dividends at the edges and around multiples of the divisor
+        let mut ds: Vec<u32> = vec![1, 2, 3, 5, 7, 10, 641, 65_535, 65_536, 65_537, u32::MAX, u32::MAX - 1];
+        ds.extend((1..32).flat_map(|k| [(1u32 << k) - 1, 1u32 << k, (1u32 << k) + 1]));
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        ds.extend((0..2000).map(|_| (next() as u32) >> (next() % 32)).filter(|&d| d != 0));
+        for d in ds {
+            let v = udiv_magic(d);
+            let mut xs = vec![0, 1, d - 1, d, d.wrapping_add(1), u32::MAX, u32::MAX - 1, u32::MAX / d * d];
+            xs.extend((0..200).map(|_| next() as u32));
+            xs.extend((0..50).map(|_| ((next() as u32) / d).wrapping_mul(d).wrapping_sub(1)));
+            for x in xs {
+                assert_eq!(udiv(x, &v), x / d, "{x} / {d} with {v:?}");
+            }
+        }
     }
 }

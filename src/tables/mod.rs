@@ -40,8 +40,8 @@ use layout::bucket_counts;
 pub use health::{DetHealth, HomeHealth, SubHealth, TabHealth};
 pub use layout::{
     block_nsess, block_of, block_used, det_first, det_start, det_walk_pos, home_block, home_start, map_k0,
-    proto_idx, sess_k0, sess_k1, sub_home, sub_home_slots, sub_slots, tab_buckets, tab_hash, tab_home,
-    tab_slots, walk_home,
+    proto_idx, sess_k0, sess_k1, set_divisors, sub_home, sub_home_slots, sub_slots, tab_buckets, tab_hash,
+    tab_home, tab_slots, udiv, udiv_magic, walk_home,
 };
 pub use mmap::MmapWords;
 pub use names::{is_drop, proto_name, stat_index, tcp_state_name, STATS};
