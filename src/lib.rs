@@ -23,5 +23,6 @@ pub mod dataplane;
 pub mod expiry;
 pub mod fibwatch;
 pub mod frag;
+pub mod natlog;
 pub mod show;
 pub mod tables;

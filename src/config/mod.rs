@@ -24,6 +24,8 @@ mod forwards;
 mod fragments;
 mod interfaces;
 mod limits;
+mod log;
+mod metrics;
 mod nat;
 mod pool;
 mod timeouts;
@@ -41,6 +43,8 @@ pub use forwards::Forward;
 pub use fragments::Fragments;
 pub use interfaces::{Interfaces, XdpMode};
 pub use limits::{Limits, DEFAULT_SESSIONS_PER_SUBSCRIBER};
+pub use log::{Collector, Log, RING_BYTES_PER_EVENT};
+pub use metrics::Metrics;
 pub use nat::{Deterministic, Filtering, Nat, UnreachableCode, DEFAULT_SUBSCRIBERS};
 pub use pool::Pool;
 pub use timeouts::Timeouts;
@@ -53,13 +57,25 @@ use forwards::{parse_forwards, MAX_FORWARDS};
 use fragments::parse_fragments;
 use interfaces::parse_interfaces;
 use limits::parse_limits;
+use log::parse_log;
+use metrics::parse_metrics;
 use nat::parse_nat;
 use pool::parse_pool;
 use timeouts::parse_timeouts;
 
 /// Top-level tables, in the order they are validated.
-const SECTIONS: &[&str] =
-    &["interfaces", "pool", "nat", "fragments", "timeouts", "limits", "fib_cache", "daemon"];
+const SECTIONS: &[&str] = &[
+    "interfaces",
+    "pool",
+    "nat",
+    "fragments",
+    "timeouts",
+    "limits",
+    "fib_cache",
+    "daemon",
+    "log",
+    "metrics",
+];
 /// Top-level arrays of tables (`[[exclude]]`), each element a table of its
 /// own. They are validated right after `pool`, whose addresses they refer to.
 const TABLE_ARRAYS: &[&str] = &["exclude", "forward"];
@@ -80,6 +96,10 @@ pub struct Config {
     pub limits: Limits,
     pub fib_cache: FibCache,
     pub daemon: Daemon,
+    /// NAT event logging (IPFIX, syslog).
+    pub log: Log,
+    /// The Prometheus endpoint.
+    pub metrics: Metrics,
     /// Accepted but questionable settings (e.g. timeouts below an RFC
     /// minimum). Returned rather than logged so that parsing stays pure.
     pub warnings: Vec<String>,
@@ -135,6 +155,8 @@ impl Config {
         let limits = parse_limits(&Section::open(&root, "limits", &empty)?)?;
         let fib_cache = parse_fib_cache(&Section::open(&root, "fib_cache", &empty)?)?;
         let daemon = parse_daemon(&Section::open(&root, "daemon", &empty)?)?;
+        let log = parse_log(&Section::open(&root, "log", &empty)?)?;
+        let metrics = parse_metrics(&Section::open(&root, "metrics", &empty)?)?;
 
         Ok(Config {
             interfaces,
@@ -147,6 +169,8 @@ impl Config {
             limits,
             fib_cache,
             daemon,
+            log,
+            metrics,
             warnings,
         })
     }
@@ -359,6 +383,15 @@ impl<'a> Section<'a> {
         }
     }
 
+    /// Optional array of strings (absent or empty: none), each paired with its own key path.
+    fn opt_str_array(&self, k: &str) -> Result<Vec<(String, &'a str)>, ConfigError> {
+        match self.get(k) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) if a.is_empty() => Ok(Vec::new()),
+            Some(_) => self.str_array(k),
+        }
+    }
+
     /// Required, non-empty array of strings, each paired with its own key path.
     fn str_array(&self, k: &str) -> Result<Vec<(String, &'a str)>, ConfigError> {
         let key = self.key(k);
@@ -457,6 +490,22 @@ pub const SECTION_KEYS: &[(&str, &[&str])] = &[
     ("limits", &["max_subscribers", "max_mappings", "max_sessions", "max_sessions_per_subscriber"]),
     ("fib_cache", &["entries", "max_age"]),
     ("daemon", &["pin_path", "sweep_interval"]),
+    (
+        "log",
+        &[
+            "ipfix",
+            "syslog",
+            "sessions",
+            "destinations",
+            "interim",
+            "strict",
+            "observation_domain",
+            "template_refresh",
+            "buffer_events",
+            "pool_threshold",
+        ],
+    ),
+    ("metrics", &["listen"]),
 ];
 
 fn allowed_keys(section: &str) -> &'static [&'static str] {
@@ -634,6 +683,8 @@ sweep_interval = "1s"             # default; 100ms ..= 60s
             limits: Limits::default(),
             fib_cache: FibCache::default(),
             daemon: Daemon::default(),
+            log: Log::default(),
+            metrics: Metrics::default(),
             warnings: vec![],
         };
         assert_eq!(c, expected);
