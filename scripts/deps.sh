@@ -32,6 +32,9 @@ if [[ $what == test || $what == bench ]]; then
 	check /usr/lib/python3/dist-packages/matplotlib python3-matplotlib # the bench's plots (its smoke run is a test)
 	check unshare util-linux
 	check turnserver coturn # tests/rfc_netns.rs: NAT behaviour as a TURN server sees it
+	check tshark tshark # the NAT log's IPFIX, decoded by Wireshark's dissector
+	check text2pcap wireshark-common
+	check promtool prometheus # /metrics and the shipped alert rules, checked by Prometheus' own tool
 fi
 if [[ $what == bench ]]; then
 	check nft nftables
