@@ -52,7 +52,7 @@ static __always_inline int nx_det_range(struct nx_config *cfg, __u32 sip, __u32 
  * found by a walk from the endpoint (nx_home.h). */
 
 static __always_inline __s64 nx_home_block_at(struct nx_config *cfg, __u32 sip, __u32 *addr_idx,
-						__u32 *blk)
+					      __u32 *blk)
 {
 	__u32 n = cfg->n_addrs, bpa = cfg->blocks_per_addr, i, q;
 
@@ -365,7 +365,8 @@ static __always_inline void nx_block_unclaim(__u32 gid, __u32 sip)
 
 	if (!w)
 		return;
-	if (__sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0) == (NX_BLOCK_USED_ONE | sip) ||
+	if (__sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0) ==
+		(NX_BLOCK_USED_ONE | sip) ||
 	    __sync_val_compare_and_swap(w, NX_BLOCK_MIXED | NX_BLOCK_USED_ONE | sip, 0) ==
 		(NX_BLOCK_MIXED | NX_BLOCK_USED_ONE | sip))
 		nx_log_block(gid, sip, NX_LOG_BLOCK_FREE); /* its allocation was logged */

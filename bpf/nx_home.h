@@ -77,8 +77,7 @@ static __always_inline int nx_word_is_map(struct nx_config *cfg, __u32 in_ip, __
 
 	if (cfg->det_count)
 		return 1;
-	if (bs < 2 || !cfg->home_probe || nx_home_block_at(cfg, in_ip, &a, &j) < 0 ||
-	    a != addr_idx)
+	if (bs < 2 || !cfg->home_probe || nx_home_block_at(cfg, in_ip, &a, &j) < 0 || a != addr_idx)
 		return 0;
 	/* in the home block, whose ports are lo .. lo + bs - 1 */
 	lo = cfg->port_lo + j * bs;

@@ -90,8 +90,8 @@ __noinline int nx_log_block(__u32 gid, __u32 sip, __u32 kind)
 /* The last argument of nx_log_sess: the inside port, the outside port and the remote port
  * (host order, 16 bits each, from bit 0), the IP protocol (bits 48..55) and the event's
  * kind (bits 56..63). */
-#define NX_LOG_SESS_ARG(kind, proto, in_port_h, out_port_h, rem_port_h)                             \
-	((__u64)(in_port_h) | (__u64)(out_port_h) << 16 | (__u64)(rem_port_h) << 32 |               \
+#define NX_LOG_SESS_ARG(kind, proto, in_port_h, out_port_h, rem_port_h)                            \
+	((__u64)(in_port_h) | (__u64)(out_port_h) << 16 | (__u64)(rem_port_h) << 32 |              \
 	 (__u64)(proto) << 48 | (__u64)(kind) << 56)
 
 /* A session created (NX_LOG_SESS_CREATE, nx_sess_create) or deleted (NX_LOG_SESS_DELETE,

@@ -87,7 +87,7 @@ enum nx_log_kind {
 	NX_LOG_SESS_CREATE = 4,
 	NX_LOG_SESS_DELETE = 5,
 	NX_LOG_PORTS_EXHAUSTED = 12, /* the subscriber's pool address had no free block */
-	NX_LOG_QUOTA = 13,	     /* a limit was hit: detail says which (natQuotaExceededEvent) */
+	NX_LOG_QUOTA = 13, /* a limit was hit: detail says which (natQuotaExceededEvent) */
 	NX_LOG_BLOCK_ALLOC = 16,
 	NX_LOG_BLOCK_FREE = 17,
 };
@@ -105,19 +105,19 @@ enum nx_log_quota {
  * daemon turns into UTC (src/natlog). Block events: in_port and out_port are the block's
  * first and last port. Session events: the inside and outside ports (the ICMP identifier). */
 struct nx_log_ev {
-	__u64 time;	/* bpf_ktime_get_tai_ns() */
-	__u8 kind;	/* enum nx_log_kind */
-	__u8 proto;	/* session events: IP protocol */
-	__u8 detail;	/* NX_LOG_QUOTA: enum nx_log_quota */
+	__u64 time;  /* bpf_ktime_get_tai_ns() */
+	__u8 kind;   /* enum nx_log_kind */
+	__u8 proto;  /* session events: IP protocol */
+	__u8 detail; /* NX_LOG_QUOTA: enum nx_log_quota */
 	__u8 pad;
-	__u32 in_ip;	/* the subscriber */
-	__u32 out_ip;	/* the pool address */
+	__u32 in_ip;  /* the subscriber */
+	__u32 out_ip; /* the pool address */
 	__u16 in_port;
 	__u16 out_port;
-	__u32 rem_ip;	/* session events with NX_CF_LOG_DEST */
+	__u32 rem_ip; /* session events with NX_CF_LOG_DEST */
 	__u16 rem_port;
 	__u16 pad2;
-	__u32 limit;	/* NX_LOG_QUOTA: the limit that was hit */
+	__u32 limit; /* NX_LOG_QUOTA: the limit that was hit */
 	__u32 pad3;
 };
 nx_static_assert(sizeof(struct nx_log_ev) == 40, "nx_log_ev layout");
@@ -125,9 +125,9 @@ nx_static_assert(sizeof(struct nx_log_ev) == 40, "nx_log_ev layout");
 /* Rate limit of the data plane's limit events (nx_log.h): at most one a second per CPU
  * for each of these */
 enum nx_log_slots {
-	NX_LOGRL_ADDRS = 0,	 /* NX_LOG_ADDRS_EXHAUSTED */
-	NX_LOGRL_PORTS = 1,	 /* NX_LOG_PORTS_EXHAUSTED */
-	NX_LOGRL_QUOTA = 2,	 /* NX_LOG_QUOTA, + detail - 1 */
+	NX_LOGRL_ADDRS = 0, /* NX_LOG_ADDRS_EXHAUSTED */
+	NX_LOGRL_PORTS = 1, /* NX_LOG_PORTS_EXHAUSTED */
+	NX_LOGRL_QUOTA = 2, /* NX_LOG_QUOTA, + detail - 1 */
 	NX_LOGRL_N = 8,
 };
 
