@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use natrix::config::{Config, ConfigError};
-use natrix::{daemon, dataplane, show, tables::Tables};
+use natrix::{daemon, dataplane, lookup, show, tables::Tables};
 
 const DEFAULT_PIN: &str = "/sys/fs/bpf/natrix";
 
@@ -52,6 +52,26 @@ enum Cmd {
         /// hold-down may end.
         #[arg(long, default_value_t = 1)]
         sweep_interval: u64,
+    },
+    /// Who holds an outside endpoint: the subscriber, its block and since when (exit 1:
+    /// nobody; 2: bad arguments; 3: the tables could not be read).
+    Lookup {
+        /// The outside endpoint: a pool address and a port (for icmp an echo identifier).
+        #[arg(value_name = "IP:PORT", value_parser = lookup::parse_endpoint)]
+        outside: std::net::SocketAddrV4,
+        /// Only this protocol's mapping: tcp, udp or icmp (default: every protocol's).
+        #[arg(long, value_parser = lookup::parse_proto)]
+        proto: Option<u8>,
+        /// The time the question is about: RFC 3339 (2026-11-26T14:02:11Z) or Unix seconds.
+        /// Dynamic mode answers only while the live tables cover it.
+        #[arg(long, value_name = "TIME", value_parser = lookup::parse_time)]
+        at: Option<lookup::Time>,
+        /// The answer as one JSON object (also when nobody holds the endpoint).
+        #[arg(long)]
+        json: bool,
+        /// Pin directory (daemon.pin_path of the config).
+        #[arg(long, default_value = DEFAULT_PIN)]
+        pin: PathBuf,
     },
     /// Show counters, drops by reason, and table occupancy.
     Stats {
@@ -136,6 +156,9 @@ fn main() -> ExitCode {
             }
             return ExitCode::from(if report.healthy() { 0 } else { 1 });
         }
+        Cmd::Lookup { outside, proto, at, json, pin } => {
+            return lookup_cmd(&lookup::Query { outside, proto, at }, json, &pin);
+        }
         Cmd::Stats { json, pin } => (|| {
             let s = show::stats(&Tables::open_pinned(&pin)?)?;
             if json {
@@ -152,5 +175,36 @@ fn main() -> ExitCode {
             eprintln!("natrix: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `natrix lookup`: exit 0 when someone holds the endpoint, 1 when nobody does (the reason
+/// on stderr; --json prints the answer still, `inside` null), 3 when the tables could not
+/// be read. Argument errors are clap's: exit 2.
+fn lookup_cmd(q: &lookup::Query, json: bool, pin: &std::path::Path) -> ExitCode {
+    let answer = match Tables::open_pinned(pin).and_then(|t| lookup::lookup(&t, q, &lookup::Clock::now())) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("natrix lookup: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&answer) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("natrix lookup: {e}");
+                return ExitCode::from(3);
+            }
+        }
+    } else if answer.found() {
+        print!("{}", answer.text());
+    }
+    match &answer.reason {
+        Some(why) if !answer.found() => {
+            eprintln!("natrix lookup: {why}");
+            ExitCode::from(1)
+        }
+        _ => ExitCode::SUCCESS,
     }
 }
