@@ -23,6 +23,7 @@ pub mod dataplane;
 pub mod expiry;
 pub mod fibwatch;
 pub mod frag;
+pub mod metrics;
 pub mod natlog;
 pub mod show;
 pub mod tables;
