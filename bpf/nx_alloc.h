@@ -20,6 +20,7 @@
 #define NX_ALLOC_H
 
 #include "nx_common.h"
+#include "nx_log.h"
 #include "nx_port.h"
 #include "nx_state.h"
 #include "nx_stats.h"
@@ -134,6 +135,7 @@ __noinline long nx_home_take(__u32 sip, __u32 addr, __u64 mixed)
 		return -1;
 	nx_count(NX_STAT_BLOCK_ALLOC);
 	nx_count(NX_STAT_HOME_BLOCK);
+	nx_log_block(gid, sip, NX_LOG_BLOCK_ALLOC);
 	return gid;
 }
 
@@ -334,9 +336,25 @@ static __always_inline __s64 nx_block_claim(struct nx_config *cfg, __u32 addr_id
 	s.sip = sip;
 	s.found = -1;
 	bpf_loop(s.bpa, nx_bscan_cb, &s, 0);
-	if (s.found >= 0)
+	if (s.found >= 0) {
 		nx_count(NX_STAT_BLOCK_ALLOC);
+		nx_log_block((__u32)s.found, sip, NX_LOG_BLOCK_ALLOC);
+	}
 	return s.found;
+}
+
+/* log.strict (nx_log.h): whether the log has room for a new block's event, and for one
+ * event each of 128 CPUs may make meanwhile; a block is never taken without it. */
+#define NX_LOG_STRICT_ROOM (128 * 48)
+static __always_inline int nx_log_room(struct nx_config *cfg)
+{
+	__u64 size, used;
+
+	if ((cfg->flags & (NX_CF_LOG | NX_CF_LOG_STRICT)) != (NX_CF_LOG | NX_CF_LOG_STRICT))
+		return 1;
+	size = bpf_ringbuf_query(&nx_log_rb, BPF_RB_RING_SIZE);
+	used = bpf_ringbuf_query(&nx_log_rb, BPF_RB_AVAIL_DATA);
+	return used < size && size - used >= NX_LOG_STRICT_ROOM;
 }
 
 /* Give back a block claimed by nx_block_claim or nx_home_take that could not be recorded
@@ -345,9 +363,12 @@ static __always_inline void nx_block_unclaim(__u32 gid, __u32 sip)
 {
 	__u64 *w = nx_block(gid);
 
-	if (w &&
-	    __sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0) != (NX_BLOCK_USED_ONE | sip))
-		__sync_val_compare_and_swap(w, NX_BLOCK_MIXED | NX_BLOCK_USED_ONE | sip, 0);
+	if (!w)
+		return;
+	if (__sync_val_compare_and_swap(w, NX_BLOCK_USED_ONE | sip, 0) == (NX_BLOCK_USED_ONE | sip) ||
+	    __sync_val_compare_and_swap(w, NX_BLOCK_MIXED | NX_BLOCK_USED_ONE | sip, 0) ==
+		(NX_BLOCK_MIXED | NX_BLOCK_USED_ONE | sip))
+		nx_log_block(gid, sip, NX_LOG_BLOCK_FREE); /* its allocation was logged */
 }
 
 /* Release a port claimed on this path that never became visible (lost an insert race):
@@ -478,6 +499,8 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		return c.port;
 	if (c.free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
+	if (!nx_log_room(cfg))
+		return NX_ALLOC_ERR(NX_DROP_LOG_FULL);
 
 	/* the home block if it is on this address and free (the subscriber holds other
 	 * blocks: mixed from the start), else any free one there */
@@ -529,6 +552,10 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 		*reason = NX_DROP_POOL_EXHAUSTED;
 		return 0;
 	}
+	if (!nx_log_room(cfg)) {
+		*reason = NX_DROP_LOG_FULL;
+		return 0;
+	}
 	/* its home block when free (a new subscriber has no mapping anywhere: not mixed); a
 	 * subscriber whose home another holds goes where the daemon designated */
 	gid = nx_home_take(sip, NX_ANY_ADDR, 0);
@@ -559,8 +586,8 @@ claimed:
 		/* lost the race to another CPU (or the table is full): give the block back */
 		__u64 *w = nx_block(gid);
 
-		if (w)
-			__sync_val_compare_and_swap(w, (__u64)sip, 0);
+		if (w && __sync_val_compare_and_swap(w, (__u64)sip, 0) == (__u64)sip)
+			nx_log_block(gid, sip, NX_LOG_BLOCK_FREE); /* its allocation was logged */
 		if (r < 0) {
 			*reason = (int)-r;
 			return 0;

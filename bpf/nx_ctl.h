@@ -106,6 +106,11 @@ static __always_inline int nx_reap_batch(struct nx_reap_args *a)
 				continue; /* a filtering record holds no mapping, counts on nobody
 					   */
 			nx_sess_put(k.in_ip, home);
+			if (cfg && (cfg->flags & NX_CF_LOG_SESSIONS))
+				nx_log_sess(k.in_ip, out_ip, k.rem_ip,
+					    NX_LOG_SESS_ARG(NX_LOG_SESS_DELETE, k.proto,
+							    bpf_ntohs(k.in_port), bpf_ntohs(out_port),
+							    bpf_ntohs(k.rem_port)));
 			mk.in_ip = k.in_ip;
 			mk.in_port = k.in_port;
 			mk.proto = k.proto;

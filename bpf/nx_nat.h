@@ -385,8 +385,16 @@ __noinline nx_verdict nx_refuse(struct xdp_md *ctx, __u32 reason)
 	ifindex = ctx->ingress_ifindex;
 	if (reason != NX_DROP_QUOTA_EXCEEDED && reason != NX_DROP_POOL_EXHAUSTED &&
 	    reason != NX_DROP_RATE_LIMITED && reason != NX_DROP_TABLE_FULL &&
-	    reason != NX_DROP_SESSION_QUOTA)
+	    reason != NX_DROP_SESSION_QUOTA && reason != NX_DROP_LOG_FULL)
 		return nx_drop(reason);
+	if (cfg->flags & NX_CF_LOG) {
+		/* what ran out, for the NAT log: the subscriber is the packet's source */
+		void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+		struct iphdr *ip = data + sizeof(struct ethhdr);
+
+		if ((void *)(ip + 1) <= end)
+			nx_log_refusal(ip->saddr, reason);
+	}
 	ifc = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 	if (!ifc)
 		return nx_drop(reason);

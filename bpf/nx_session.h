@@ -174,6 +174,10 @@ static __always_inline struct nx_sess *nx_sess_create(struct nx_config *cfg, str
 			return 0;
 		}
 		nx_count(NX_STAT_SESS_CREATED);
+		if (cfg->flags & NX_CF_LOG_SESSIONS)
+			nx_log_sess(k->in_ip, m->out_ip, k->rem_ip,
+				    NX_LOG_SESS_ARG(NX_LOG_SESS_CREATE, k->proto, bpf_ntohs(k->in_port),
+						    bpf_ntohs(m->out_port), bpf_ntohs(k->rem_port)));
 	}
 	*reason = NX_DROP_INTERNAL;
 	return nx_sess_at((__u32)r);

@@ -249,7 +249,28 @@ struct nx_scratch {
 	/* a mapping that is a port word (deterministic mode, a home walk's in dynamic mode)
 	 * seen as a mapping (nx_det_fill) */
 	struct nx_map dmap;
+	/* a NAT event being made (nx_log.h): here, not on the allocator's stack */
+	struct nx_log_ev log;
+	/* when each kind of limit event was last made on this CPU (enum nx_log_slots) */
+	__u64 log_last[NX_LOGRL_N];
 };
+
+/* The NAT event log (nx_log.h): events the daemon exports (src/natlog). Pinned, so that
+ * events made while no daemon runs wait for the next one; sized by log.buffer_events. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} nx_log_rb SEC(".maps");
+
+/* Global block id -> when it was last allocated (CLOCK_TAI ns; 0: not known): what
+ * `natrix lookup` answers "since when" with. Pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} nx_block_time SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

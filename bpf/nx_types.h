@@ -71,6 +71,64 @@ enum nx_config_flags {
 	NX_CF_STATICS = 1 << 4,	    /* [[forward]]s exist: a home walk's miss asks the table */
 	NX_CF_SUBNET_TRIE = 1 << 5, /* more subscriber prefixes than nx_config.subnets holds:
 				     * the LPM trie nx_subnets answers */
+	/* NAT event logging ([log], nx_log.h): events are made (dynamic mode with a collector),
+	 * per session too (log.sessions), with the remote endpoint (log.destinations), and a
+	 * block whose event the log cannot take is refused (log.strict) */
+	NX_CF_LOG = 1 << 6,
+	NX_CF_LOG_SESSIONS = 1 << 7,
+	NX_CF_LOG_DEST = 1 << 8,
+	NX_CF_LOG_STRICT = 1 << 9,
+};
+
+/* ---- NAT event log (nx_log.h; src/natlog) ----
+ * What the data plane logs, in its ring buffer nx_log_rb: RFC 8158's natEvent values. */
+enum nx_log_kind {
+	NX_LOG_ADDRS_EXHAUSTED = 3, /* no pool address had a free block for a new subscriber */
+	NX_LOG_SESS_CREATE = 4,
+	NX_LOG_SESS_DELETE = 5,
+	NX_LOG_PORTS_EXHAUSTED = 12, /* the subscriber's pool address had no free block */
+	NX_LOG_QUOTA = 13,	     /* a limit was hit: detail says which (natQuotaExceededEvent) */
+	NX_LOG_BLOCK_ALLOC = 16,
+	NX_LOG_BLOCK_FREE = 17,
+};
+
+/* natQuotaExceededEvent values (RFC 8158, IANA) of NX_LOG_QUOTA events */
+enum nx_log_quota {
+	NX_LOGQ_SESSIONS = 1,	 /* the session table is full */
+	NX_LOGQ_BIB = 2,	 /* the mapping table is full */
+	NX_LOGQ_PER_USER = 3,	 /* the subscriber's blocks (limit: max_blocks) or sessions */
+	NX_LOGQ_SUBSCRIBERS = 4, /* the subscriber table is full */
+	NX_LOGQ_FRAGMENTS = 5,	 /* fragments pending: no room to hold an early fragment */
+};
+
+/* One event. Addresses in network order, ports in host order; times CLOCK_TAI, which the
+ * daemon turns into UTC (src/natlog). Block events: in_port and out_port are the block's
+ * first and last port. Session events: the inside and outside ports (the ICMP identifier). */
+struct nx_log_ev {
+	__u64 time;	/* bpf_ktime_get_tai_ns() */
+	__u8 kind;	/* enum nx_log_kind */
+	__u8 proto;	/* session events: IP protocol */
+	__u8 detail;	/* NX_LOG_QUOTA: enum nx_log_quota */
+	__u8 pad;
+	__u32 in_ip;	/* the subscriber */
+	__u32 out_ip;	/* the pool address */
+	__u16 in_port;
+	__u16 out_port;
+	__u32 rem_ip;	/* session events with NX_CF_LOG_DEST */
+	__u16 rem_port;
+	__u16 pad2;
+	__u32 limit;	/* NX_LOG_QUOTA: the limit that was hit */
+	__u32 pad3;
+};
+nx_static_assert(sizeof(struct nx_log_ev) == 40, "nx_log_ev layout");
+
+/* Rate limit of the data plane's limit events (nx_log.h): at most one a second per CPU
+ * for each of these */
+enum nx_log_slots {
+	NX_LOGRL_ADDRS = 0,	 /* NX_LOG_ADDRS_EXHAUSTED */
+	NX_LOGRL_PORTS = 1,	 /* NX_LOG_PORTS_EXHAUSTED */
+	NX_LOGRL_QUOTA = 2,	 /* NX_LOG_QUOTA, + detail - 1 */
+	NX_LOGRL_N = 8,
 };
 
 /* Lengths of nx_config's arrays. NX_SUBNETS: subscriber prefixes (nat.subscribers) held in
@@ -683,6 +741,8 @@ enum nx_stat {
 	NX_STAT_HOME_BLOCK,	 /* a block taken was the subscriber's home block (nx_alloc.h) */
 	NX_STAT_PASS_OTHER_HOST, /* unicast frame for another MAC: the kernel ignores it */
 	NX_STAT_FRAG_REINJECTED, /* held early fragments the daemon translated and sent on */
+	NX_STAT_LOG_EVENT,	 /* NAT events the data plane logged (nx_log.h) */
+	NX_STAT_LOG_LOST,	 /* ... that its ring buffer could not take (full) */
 	/* drops: one reason each */
 	NX_DROP_FIRST,
 	NX_DROP_MALFORMED_ETH = NX_DROP_FIRST, /* frame shorter than its headers */
@@ -716,6 +776,7 @@ enum nx_stat {
 	NX_DROP_FRAG_EXPIRED,
 	NX_DROP_FRAG_EVICTED,
 	NX_DROP_FRAG_SEND_FAILED,
+	NX_DROP_LOG_FULL, /* log.strict: a new block's event found the log full, no block */
 	NX_DROP_INTERNAL, /* a lookup that cannot fail did: a bug, never expected */
 	NX_STAT_MAX,
 };

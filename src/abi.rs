@@ -6,14 +6,14 @@
 //! 32 bits wide).
 
 use crate::skel::types::{
-    nx_abi_probe, nx_clock, nx_config, nx_frag, nx_frag_key, nx_iface, nx_lpm_key, nx_map, nx_map_key,
-    nx_pool_run, nx_sess, nx_sess_key, nx_static_map, nx_sub, nx_subnet, nx_udiv, xdp_md,
+    nx_abi_probe, nx_clock, nx_config, nx_frag, nx_frag_key, nx_iface, nx_log_ev, nx_lpm_key, nx_map,
+    nx_map_key, nx_pool_run, nx_sess, nx_sess_key, nx_static_map, nx_sub, nx_subnet, nx_udiv, xdp_md,
 };
 use crate::skel::types::{
     nx_block_bits, nx_cfg_arrays, nx_config_flags, nx_div_id, nx_fibc_word, nx_filtering, nx_hash_keys,
-    nx_iface_macs, nx_iface_role, nx_ip_proto, nx_map_flags, nx_nsess, nx_port_bits, nx_port_state,
-    nx_proto_idx, nx_reap_op, nx_reap_sizes, nx_sess_flags, nx_sizes, nx_slot_bits, nx_slot_state, nx_stat,
-    nx_sub_bits, nx_sub_state, nx_tab_id, nx_tcp_state, nx_tick,
+    nx_iface_macs, nx_iface_role, nx_ip_proto, nx_log_kind, nx_log_quota, nx_map_flags, nx_nsess,
+    nx_port_bits, nx_port_state, nx_proto_idx, nx_reap_op, nx_reap_sizes, nx_sess_flags, nx_sizes,
+    nx_slot_bits, nx_slot_state, nx_stat, nx_sub_bits, nx_sub_state, nx_tab_id, nx_tcp_state, nx_tick,
 };
 
 // ---- the shared structs as plain old data -------------------------------------------------
@@ -90,6 +90,10 @@ plain_old_data! {
     nx_lpm_key { prefixlen: u32, addr: u32 }
     nx_frag_key { src: u32, dst: u32, id: u16, proto: u8, pad: u8 }
     nx_frag { in_ip: u32, expire: u32 }
+    nx_log_ev {
+        time: u64, kind: u8, proto: u8, detail: u8, pad: u8, in_ip: u32, out_ip: u32, in_port: u16, out_port: u16,
+        rem_ip: u32, rem_port: u16, pad2: u16, limit: u32, pad3: u32,
+    }
     nx_clock { jiffies: u64, mono_ns: u64 }
     nx_abi_probe {
         cfg: nx_config, k0: u64, k1: u64, h: u64, nbkt: u32, nslots: u32, sip: u32, pidx: u32, port: u32,
@@ -159,6 +163,27 @@ pub const CF_PORT_CLASS: u32 = nx_config_flags::NX_CF_PORT_CLASS.0;
 pub const CF_EXCLUSIONS: u32 = nx_config_flags::NX_CF_EXCLUSIONS.0;
 pub const CF_STATICS: u32 = nx_config_flags::NX_CF_STATICS.0;
 pub const CF_SUBNET_TRIE: u32 = nx_config_flags::NX_CF_SUBNET_TRIE.0;
+pub const CF_LOG: u32 = nx_config_flags::NX_CF_LOG.0;
+pub const CF_LOG_SESSIONS: u32 = nx_config_flags::NX_CF_LOG_SESSIONS.0;
+pub const CF_LOG_DEST: u32 = nx_config_flags::NX_CF_LOG_DEST.0;
+pub const CF_LOG_STRICT: u32 = nx_config_flags::NX_CF_LOG_STRICT.0;
+
+// ---- the NAT event log (bpf/nx_log.h) -------------------------------------------------------
+
+/// enum nx_log_kind: the natEvent values (RFC 8158) of the data plane's events.
+pub const LOG_ADDRS_EXHAUSTED: u8 = nx_log_kind::NX_LOG_ADDRS_EXHAUSTED.0 as u8;
+pub const LOG_SESS_CREATE: u8 = nx_log_kind::NX_LOG_SESS_CREATE.0 as u8;
+pub const LOG_SESS_DELETE: u8 = nx_log_kind::NX_LOG_SESS_DELETE.0 as u8;
+pub const LOG_PORTS_EXHAUSTED: u8 = nx_log_kind::NX_LOG_PORTS_EXHAUSTED.0 as u8;
+pub const LOG_QUOTA: u8 = nx_log_kind::NX_LOG_QUOTA.0 as u8;
+pub const LOG_BLOCK_ALLOC: u8 = nx_log_kind::NX_LOG_BLOCK_ALLOC.0 as u8;
+pub const LOG_BLOCK_FREE: u8 = nx_log_kind::NX_LOG_BLOCK_FREE.0 as u8;
+/// enum nx_log_quota: natQuotaExceededEvent values of NX_LOG_QUOTA events.
+pub const LOGQ_SESSIONS: u8 = nx_log_quota::NX_LOGQ_SESSIONS.0 as u8;
+pub const LOGQ_BIB: u8 = nx_log_quota::NX_LOGQ_BIB.0 as u8;
+pub const LOGQ_PER_USER: u8 = nx_log_quota::NX_LOGQ_PER_USER.0 as u8;
+pub const LOGQ_SUBSCRIBERS: u8 = nx_log_quota::NX_LOGQ_SUBSCRIBERS.0 as u8;
+pub const LOGQ_FRAGMENTS: u8 = nx_log_quota::NX_LOGQ_FRAGMENTS.0 as u8;
 /// nx_config.filtering (enum nx_filtering).
 pub const FILTER_EIF: u32 = nx_filtering::NX_FILTER_EIF.0;
 pub const FILTER_ADF: u32 = nx_filtering::NX_FILTER_ADF.0;

@@ -18,9 +18,9 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::abi::{
-    CF_EXCLUSIONS, CF_HAIRPIN, CF_PORT_CLASS, CF_PORT_PARITY, CF_STATICS, CF_SUBNET_TRIE, FILTER_ADF,
-    FILTER_APDF, FILTER_EIF, IFROLE_DIRECT, MF_STATIC, NPROTO, POOL_RUNS, PORTS_PER_ADDR, ROLE_INSIDE,
-    ROLE_OUTSIDE, SUBNETS, TICK_SHIFT,
+    CF_EXCLUSIONS, CF_HAIRPIN, CF_LOG, CF_LOG_DEST, CF_LOG_SESSIONS, CF_LOG_STRICT, CF_PORT_CLASS,
+    CF_PORT_PARITY, CF_STATICS, CF_SUBNET_TRIE, FILTER_ADF, FILTER_APDF, FILTER_EIF, IFROLE_DIRECT,
+    MF_STATIC, NPROTO, POOL_RUNS, PORTS_PER_ADDR, ROLE_INSIDE, ROLE_OUTSIDE, SUBNETS, TICK_SHIFT,
 };
 use crate::config::{Config, Filtering, XdpMode};
 use crate::expiry::CtlBatch;
@@ -177,6 +177,8 @@ pub struct Sizes {
     pub fibc: u32,
     /// Deterministic mode's per-subscriber session counts (1 in dynamic mode).
     pub det_nsess: u32,
+    /// The NAT event log's ring buffer, bytes (log.buffer_events; a power of two).
+    pub log_rb: u32,
 }
 
 impl Sizes {
@@ -197,6 +199,7 @@ impl Sizes {
                 as u32,
             fibc: c.fib_cache.entries.max(1),
             det_nsess: c.nat.deterministic.as_ref().map_or(1, |d| d.count()).max(1),
+            log_rb: c.log.ring_bytes(),
         }
     }
 }
@@ -290,6 +293,19 @@ pub fn nx_config_from(c: &Config, addr_hint: u32, tab_seed: u32) -> nx_config {
     }
     if !c.forwards.is_empty() {
         flags |= CF_STATICS;
+    }
+    // [log]: events are made only when something exports them (bpf/nx_log.h)
+    if c.log.enabled() {
+        flags |= CF_LOG;
+        if c.log.sessions {
+            flags |= CF_LOG_SESSIONS;
+        }
+        if c.log.destinations {
+            flags |= CF_LOG_DEST;
+        }
+        if c.log.strict {
+            flags |= CF_LOG_STRICT;
+        }
     }
     // nat.subscribers (dynamic mode): a few compares in nx_config, or the trie nx_subnets
     let subnets_cfg = if c.nat.deterministic.is_some() { &[][..] } else { &c.nat.subscribers[..] };
@@ -463,7 +479,7 @@ impl Dataplane {
         let took_over = pin_dir.as_deref().is_some_and(is_pinned);
         {
             let m = &mut open.maps;
-            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 12] = [
+            let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 14] = [
                 (&mut m.nx_frags, sizes.frags),
                 (&mut m.nx_frag_rb, sizes.frag_rb),
                 (&mut m.nx_pool, sizes.pool),
@@ -476,6 +492,8 @@ impl Dataplane {
                 (&mut m.nx_cfg, 1),
                 (&mut m.nx_fibc, sizes.fibc),
                 (&mut m.nx_det_nsess, sizes.det_nsess),
+                (&mut m.nx_log_rb, sizes.log_rb),
+                (&mut m.nx_block_time, sizes.blocks),
             ];
             for (map, n) in sized {
                 let name = map.name().to_string_lossy().into_owned();
@@ -510,6 +528,18 @@ impl Dataplane {
                         libbpf_rs::MapType::Devmap | libbpf_rs::MapType::DevmapHash
                     ) {
                         pi.map_flags &= !BPF_F_RDONLY_PROG;
+                    }
+                    // The event log's size is the running one's: what it holds (events not
+                    // yet exported) is kept, whatever log.buffer_events says now.
+                    if name == "nx_log_rb" && pinned.map_type() == libbpf_rs::MapType::RingBuf {
+                        if pi.max_entries != map.max_entries() {
+                            tracing::warn!(
+                                running = pi.max_entries,
+                                configured = map.max_entries(),
+                                "log.buffer_events: the running event log keeps its size until `natrix down`"
+                            );
+                        }
+                        map.set_max_entries(pi.max_entries).map_err(bpf("sizing map nx_log_rb"))?;
                     }
                     let want = (map.key_size(), map.value_size(), map.max_entries(), map.map_flags());
                     if (pi.key_size, pi.value_size, pi.max_entries, pi.map_flags) != want {

@@ -38,13 +38,32 @@ use crate::tables::{
 };
 
 /// What one sweep did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SweepReport {
     pub sessions_expired: u32,
     pub mappings_released: u32,
     pub ports_freed: u32,
     pub blocks_released: u32,
     pub subscribers_removed: u32,
+    /// The blocks released, each with the subscriber that held it, in the order released:
+    /// the NAT log's de-allocation events (src/natlog).
+    pub released: Vec<BlockRelease>,
+}
+
+/// A port block the sweep returned to the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRelease {
+    /// Global block id (pool index × blocks per address + block).
+    pub gid: u32,
+    /// The subscriber that held it (inside address as the data plane stores it).
+    pub owner: u32,
+    /// When (CLOCK_REALTIME, milliseconds since the Unix epoch): after its last use.
+    pub time_ms: u64,
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One batch for the control program `nx_ctl` (struct nx_reap_args), held as its bytes.
@@ -293,14 +312,14 @@ impl Sweeper {
                 continue;
             }
             let (addr_idx, _, port) = port_index_parts(idx);
-            let block =
-                block_of(&cfg, addr_idx, u32::from(port)).and_then(|(gid, _)| blocks.get(gid as usize));
-            match ports::free_held(w, v, block) {
+            let gid = block_of(&cfg, addr_idx, u32::from(port)).map(|(gid, _)| gid);
+            match ports::free_held(w, v, gid.and_then(|g| blocks.get(g as usize))) {
                 Freed::No => {}
                 Freed::Port => r.ports_freed += 1,
-                Freed::PortAndBlock => {
+                Freed::PortAndBlock(owner) => {
                     r.ports_freed += 1;
                     r.blocks_released += 1;
+                    r.released.push(BlockRelease { gid: gid.unwrap_or(0), owner, time_ms: unix_ms() });
                 }
             }
         }
@@ -317,6 +336,7 @@ impl Sweeper {
                     && b.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
                 {
                     r.blocks_released += 1;
+                    r.released.push(BlockRelease { gid: gid as u32, owner: v as u32, time_ms: unix_ms() });
                     continue;
                 } else {
                     empty_now.insert((gid, v));

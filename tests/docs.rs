@@ -25,8 +25,8 @@ use natrix::abi;
 use natrix::config::{Config, Daemon, FibCache, Timeouts};
 use natrix::dataplane::Sizes;
 use natrix::skel::types::{
-    nx_config, nx_fibc_ent, nx_fibc_word, nx_frag_key, nx_frag_sizes, nx_iface, nx_map, nx_map_key,
-    nx_reap_sizes, nx_sess, nx_sess_key, nx_sizes, nx_sub,
+    nx_config, nx_fibc_ent, nx_fibc_word, nx_frag_key, nx_frag_sizes, nx_iface, nx_log_ev, nx_map,
+    nx_map_key, nx_reap_sizes, nx_sess, nx_sess_key, nx_sizes, nx_sub,
 };
 use natrix::tables;
 
@@ -256,6 +256,8 @@ fn wanted() -> Vec<(&'static str, Want)> {
         (size_of_val(&e.gen) * 8 - 1) as u32
     };
     let ring = |h: u64| Sizes::from_config(&config(&format!("[fragments]\nmax_held = {h}\n"))).frag_rb as u64;
+    let log_ring =
+        |e: u64| Sizes::from_config(&config(&format!("[log]\nbuffer_events = {e}\n"))).log_rb as u64;
     let t = Timeouts::default();
     let large = 1u32 << 28;
     vec![
@@ -300,6 +302,8 @@ fn wanted() -> Vec<(&'static str, Want)> {
         ("`nx_ports` bytes per pool address", N(abi::NPROTO as u64 * abi::PORTS_PER_ADDR as u64 * u64b)),
         ("pool addresses at most", N(pool_max)),
         ("`nx_frag_rb` bytes", F("held", Box::new(ring), vec![1, 2, 256, 5000])),
+        ("`nx_log_rb` bytes", F("events", Box::new(log_ring), vec![1024, 1025, 262_144, 1 << 20])),
+        ("`struct nx_log_ev`", N(size_of::<nx_log_ev>() as u64)),
         ("largest early fragment held", N(nx_frag_sizes::NX_FRAG_HOLD_MAX.0 as u64)),
         ("early fragment with a small record, at most", N(nx_frag_sizes::NX_FRAG_HOLD_SMALL.0 as u64)),
         ("small fragment record", N(nx_frag_sizes::NX_FRAG_REC_SMALL.0 as u64)),

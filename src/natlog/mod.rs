@@ -2,6 +2,8 @@
 //! NAT event logging: what happened (RFC 8158's events), made in the data plane or by the
 //! daemon, and exported to IPFIX collectors (RFC 7011/8158) and syslog receivers (RFC 5424).
 
+pub mod source;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// RFC 8158's natEvent values (IANA "natEvent Values"), the ones natrix sends.

@@ -49,7 +49,7 @@ pub use names::{is_drop, proto_name, stat_index, tcp_state_name, STATS};
 pub use ports::{det_word_needed, is_home_word, port_index, port_index_parts, port_index_pidx, port_word_ip};
 
 /// Every pinned map, by the name it has in the BPF object and under the pin directory.
-pub const MAP_NAMES: [&str; 16] = [
+pub const MAP_NAMES: [&str; 18] = [
     "nx_cfg",
     "nx_pool",
     "nx_pool_idx",
@@ -66,6 +66,8 @@ pub const MAP_NAMES: [&str; 16] = [
     "nx_frags",
     "nx_frag_rb",
     "nx_det_nsess",
+    "nx_log_rb",
+    "nx_block_time",
 ];
 
 #[derive(Debug, Error)]
@@ -145,6 +147,8 @@ pub struct Tables {
     pub stats: MapHandle,
     /// Deterministic mode: sessions per subscriber index (dynamic mode: `nx_sub.nsess`).
     pub det_nsess: MapHandle,
+    /// Global block id -> when it was last allocated (CLOCK_TAI ns, 0 not known).
+    pub block_time: MapHandle,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(libbpf_rs::Error) -> TableError {
@@ -173,6 +177,7 @@ impl Tables {
             tab_cnt: open("nx_tab_cnt")?,
             stats: open("nx_stats")?,
             det_nsess: open("nx_det_nsess")?,
+            block_time: open("nx_block_time")?,
         };
         // tables another natrix version wrote are not read as if this one had
         let layout = t.config()?.layout;
@@ -207,6 +212,7 @@ impl Tables {
             tab_cnt: h(&m.nx_tab_cnt, "nx_tab_cnt")?,
             stats: h(&m.nx_stats, "nx_stats")?,
             det_nsess: h(&m.nx_det_nsess, "nx_det_nsess")?,
+            block_time: h(&m.nx_block_time, "nx_block_time")?,
         })
     }
 
@@ -231,6 +237,17 @@ impl Tables {
 
     pub fn write_config(&self, c: &nx_config) -> Result<()> {
         self.cfg.update(&0u32.to_ne_bytes(), bytemuck::bytes_of(c), MapFlags::ANY).map_err(map_err("nx_cfg"))
+    }
+
+    /// When global block `gid` was last allocated: CLOCK_TAI nanoseconds (bpf_ktime_get_tai_ns;
+    /// `natlog::source::tai_to_utc_ns` turns it into UTC), 0 when not known.
+    pub fn block_time(&self, gid: u32) -> Result<u64> {
+        let v = self
+            .block_time
+            .lookup(&gid.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("nx_block_time"))?
+            .unwrap_or_default();
+        Ok(v.get(..8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_ne_bytes))
     }
 
     /// The pool, in pool-index order.

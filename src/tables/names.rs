@@ -45,6 +45,8 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_STAT_FRAG_OUT, "fragments_out"),
     (nx_stat::NX_STAT_FRAG_IN, "fragments_in"),
     (nx_stat::NX_STAT_FRAG_HELD, "fragments_held"),
+    (nx_stat::NX_STAT_LOG_EVENT, "log_events"),
+    (nx_stat::NX_STAT_LOG_LOST, "log_lost"),
     (nx_stat::NX_STAT_FRAG_REINJECTED, "fragments_reinjected"),
     (nx_stat::NX_STAT_FIB_LOOKUP, "fib_lookups"),
     (nx_stat::NX_STAT_HOME_BLOCK, "home_blocks"),
@@ -76,6 +78,7 @@ pub const STATS: &[(nx_stat, &str)] = &[
     (nx_stat::NX_DROP_FRAG_EXPIRED, "fragment_expired"),
     (nx_stat::NX_DROP_FRAG_EVICTED, "fragment_evicted"),
     (nx_stat::NX_DROP_FRAG_SEND_FAILED, "fragment_send_failed"),
+    (nx_stat::NX_DROP_LOG_FULL, "log_full"),
     (nx_stat::NX_DROP_INTERNAL, "internal_error"),
 ];
 

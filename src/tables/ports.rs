@@ -297,8 +297,9 @@ pub enum Freed {
     No,
     /// The port is FREE.
     Port,
-    /// The port is FREE, and its block, left owned but empty, went back to the pool.
-    PortAndBlock,
+    /// The port is FREE, and its block, left owned but empty, went back to the pool; the
+    /// subscriber that held it.
+    PortAndBlock(u32),
 }
 
 /// HELD → FREE: frees port word `w`, read as `v` (HELD, and `may_free`), unless it changed
@@ -318,7 +319,7 @@ pub fn free_held(w: &AtomicU64, v: u64, block: Option<&AtomicU64>) -> Freed {
         && block_nsess(after) == 0
         && b.compare_exchange(after, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     {
-        return Freed::PortAndBlock;
+        return Freed::PortAndBlock(after as u32);
     }
     Freed::Port
 }
