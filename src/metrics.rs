@@ -41,7 +41,8 @@ use expo::{Exposition, Kind};
 /// its send failed, its queue was full, it was down longer than its backlog holds — counts
 /// once in `lost`. An event exported to two destinations thus counts twice. Events lost
 /// before any destination saw them (the data plane's buffer was full) are the data plane's
-/// count, in `nx_stats`, not here.
+/// count (`nx_stats`' `log_lost`), not here: served as `natrix_log_events_lost_total`
+/// `{stage="buffer"}`, this one's `lost` as `{stage="export"}`.
 #[derive(Debug, Default)]
 pub struct LogCounters {
     sent: AtomicU64,
@@ -261,6 +262,13 @@ const COUNTERS: &[(nx_stat, &str, &str, Option<Label>)] = &[
         None,
     ),
     (
+        nx_stat::NX_STAT_LOG_EVENT,
+        "natrix_log_events_buffered_total",
+        "NAT events the data plane put into its event buffer for the daemon to export.",
+        None,
+    ),
+    (nx_stat::NX_STAT_LOG_LOST, LOG_LOST, LOG_LOST_HELP, Some(("stage", "buffer"))),
+    (
         nx_stat::NX_STAT_FIB_LOOKUP,
         "natrix_fib_lookups_total",
         "Routing lookups the FIB cache did not answer (asked of the kernel).",
@@ -279,6 +287,9 @@ const ICMP_XLATE: &str = "natrix_icmp_errors_translated_total";
 const ICMP_XLATE_HELP: &str = "ICMP errors translated: out, inside to outside; in, outside to inside.";
 const FRAG: &str = "natrix_fragments_translated_total";
 const FRAG_HELP: &str = "IP fragments translated: out, inside to outside; in, outside to inside.";
+const LOG_LOST: &str = "natrix_log_events_lost_total";
+const LOG_LOST_HELP: &str = "NAT events lost: buffer, the data plane's event buffer was full (nothing exported them); \
+     export, a log destination did not get them (send failed, queue full, destination down), once per destination.";
 
 /// The protocols of `natrix_sessions`, by protocol index.
 const PROTOS: [(u32, &str); 3] = [(P_TCP, "tcp"), (P_UDP, "udp"), (P_ICMP, "icmp")];
@@ -318,12 +329,7 @@ fn exposition(fixed: &Fixed, sweeps: &Sweeps, stats: &[u64], log: &LogCounters) 
         "NAT events handed to a log destination (IPFIX collector, syslog receiver), once per destination.",
     )
     .add(&[], log.sent());
-    e.family(
-        "natrix_log_events_lost_total",
-        Kind::Counter,
-        "NAT events a log destination did not get (send failed, queue full, destination down), once per destination.",
-    )
-    .add(&[], log.lost());
+    e.family(LOG_LOST, Kind::Counter, LOG_LOST_HELP).add(&[("stage", "export")], log.lost());
 
     // the sweeps
     e.family(
@@ -479,7 +485,8 @@ mod tests {
         let drops = t.lines().filter(|l| l.starts_with("natrix_drops_total{")).count();
         assert_eq!(drops, STATS.iter().filter(|(s, _)| is_drop(*s)).count());
         assert!(t.contains("\nnatrix_log_events_sent_total 5\n"), "{t}");
-        assert!(t.contains("\nnatrix_log_events_lost_total 1\n"), "{t}");
+        assert!(t.contains("\nnatrix_log_events_lost_total{stage=\"export\"} 1\n"), "{t}");
+        assert!(t.contains("\nnatrix_log_events_lost_total{stage=\"buffer\"} 0\n"), "{t}");
         assert!(t.contains("natrix_sweep_duration_seconds_count 0\n"), "{t}");
         assert!(!t.contains("natrix_sessions{") && !t.contains("natrix_last_sweep"), "{t}");
         // a failed sweep, then one that completed

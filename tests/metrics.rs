@@ -224,7 +224,11 @@ fn scrape_passes_promtool_and_agrees_with_stats() {
 
     // the event counts (nothing exports yet) and the sweep's freshness
     assert_eq!(s.get("natrix_log_events_sent_total", &[]), 0.0);
-    assert_eq!(s.get("natrix_log_events_lost_total", &[]), 0.0);
+    assert_eq!(s.get("natrix_log_events_lost_total", &[("stage", "export")]), 0.0);
+    let lost = json_u64(&stats, &["counters", "log_lost"]) as f64;
+    assert_eq!(s.get("natrix_log_events_lost_total", &[("stage", "buffer")]), lost);
+    let buffered = json_u64(&stats, &["counters", "log_events"]) as f64;
+    assert_eq!(s.get("natrix_log_events_buffered_total", &[]), buffered);
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
     let at = s.get("natrix_last_sweep_timestamp_seconds", &[]);
     assert!((now - at).abs() < 10.0, "last sweep at {at}, now {now}");
@@ -259,6 +263,107 @@ fn listen_address_in_use_fails_startup_naming_the_key() {
         assert!(!t.xdp_attached(dev), "{dev} has XDP after a failed start:\n{}", t.gw_link(dev));
     }
     assert!(!t.pin.exists(), "a failed start left {} behind", t.pin.display());
+}
+
+// ---------------------------------------------------------------------------------------
+// the sweep's counts against natrix stats, through BPF_PROG_TEST_RUN (root)
+
+/// What the sweep counted equals what `natrix stats` computes by walking, right after each
+/// sweep: sessions of three protocols live, expiring in that sweep, ports on hold-down and
+/// freed, blocks and subscribers released; in dynamic mode with home walks, with every
+/// mapping in the table (nat.home_probe 0), and in deterministic mode.
+#[test]
+fn sweep_counts_as_natrix_stats_does() {
+    use common::pkt::{sub, with_env, Cfg, Env, Pkt, SERVER};
+    const SYN: u8 = 0x02;
+
+    fn check(env: &Env, what: &str) {
+        let o = env.occupancy();
+        let st = natrix::show::stats(&env.dp.tables).expect("natrix stats");
+        let (sess, maps, subs) = (&st.session_table, &st.mapping_table, &st.subscriber_table);
+        assert_eq!(o.sessions, sess.health.live_by_proto, "{what}: sessions by protocol");
+        assert_eq!(o.sessions.iter().sum::<u64>(), st.sessions, "{what}: sessions");
+        assert_eq!(o.mappings, st.mappings, "{what}: mappings");
+        assert_eq!(o.ports_in_use, st.ports_in_use, "{what}: ports in use");
+        assert_eq!(
+            o.table_entries,
+            [sess.health.counted, maps.health.counted, subs.health.counted],
+            "{what}: table entries"
+        );
+        let cap = [sess.max_entries, maps.max_entries, subs.max_entries].map(u64::from);
+        assert_eq!(o.table_capacity, cap, "{what}: table sizes");
+        assert_eq!(o.deterministic, st.deterministic.is_some(), "{what}: mode");
+        if o.deterministic {
+            return;
+        }
+        assert_eq!(o.subscribers, st.subscribers, "{what}: subscribers");
+        assert_eq!(o.blocks.iter().sum::<u64>(), st.blocks_in_use, "{what}: blocks in use");
+        let n_addrs = env.cfg.pool.addresses.len() as u64;
+        assert_eq!(o.blocks_per_addr * n_addrs, st.blocks_total, "{what}: blocks");
+        let bpa = env.blocks_per_addr();
+        let per: Vec<u64> = (0..n_addrs as u32)
+            .map(|a| (a * bpa..(a + 1) * bpa).filter(|&g| env.block_word(g) as u32 != 0).count() as u64)
+            .collect();
+        assert_eq!(o.blocks, per, "{what}: blocks by pool address");
+    }
+
+    fn open_flows(env: &Env, subs: std::ops::RangeInclusive<u8>, port: u16) {
+        for s in subs {
+            let mut flows = vec![Pkt::echo_request(sub(s), SERVER, port)];
+            for i in 0..3 {
+                flows.push(Pkt::udp(sub(s), port + 2 * i, SERVER, 53));
+            }
+            for i in 0..2 {
+                flows.push(Pkt::tcp(sub(s), port + 2 * i, SERVER, 80, SYN));
+            }
+            for p in flows {
+                env.open(&p);
+            }
+        }
+    }
+
+    let short = Cfg::default()
+        .set("timeouts", "udp", "\"1s\"")
+        .set("timeouts", "icmp", "\"1s\"")
+        .set("timeouts", "tcp_transitory", "\"1s\"")
+        .set("timeouts", "port_hold_down", "\"1s\"");
+    let modes = [
+        ("home walks", short.clone()),
+        ("table mappings", short.clone().set("nat", "home_probe", "0")),
+        (
+            "deterministic",
+            short.set("nat", "mode", "\"deterministic\"").set(
+                "nat",
+                "deterministic_subscribers",
+                "\"100.64.0.0/24\"",
+            ),
+        ),
+    ];
+    for (mode, cfg) in modes {
+        with_env(&cfg, |env| {
+            let pause = |ms| std::thread::sleep(Duration::from_millis(ms));
+            open_flows(env, 1..=4, 10_000);
+            env.sweep();
+            check(env, &format!("{mode}: all live"));
+            let st = natrix::show::stats(&env.dp.tables).unwrap();
+            assert!(st.session_table.health.live_by_proto.iter().all(|&n| n > 0), "{mode}: {st:?}");
+            pause(1300);
+            open_flows(env, 3..=6, 20_000);
+            let r = env.sweep();
+            assert!(r.sessions_expired >= 24, "{mode}: the first flows expire in this sweep: {r:?}");
+            check(env, &format!("{mode}: the first flows expired"));
+            pause(1300);
+            env.sweep();
+            check(env, &format!("{mode}: all expired, ports held"));
+            // hold-down (1 s) and the margin of port words that are mappings (2 s) over
+            pause(3500);
+            env.sweep();
+            env.sweep();
+            check(env, &format!("{mode}: ports freed"));
+            let o = env.occupancy();
+            assert_eq!((o.sessions, o.mappings, o.ports_in_use), ([0; 3], 0, 0), "{mode}: {o:?}");
+        });
+    }
 }
 
 // ---------------------------------------------------------------------------------------
