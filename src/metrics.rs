@@ -2,14 +2,14 @@
 //! The Prometheus endpoint (`[metrics] listen`): `GET /metrics` in the text exposition
 //! format 0.0.4. Every metric, its type, labels and meaning: docs/design/metrics.md.
 //!
-//! A scrape never walks a table. What it serves comes from two places:
+//! A scrape never walks a table. What it serves comes from three places:
 //! - the data plane's counters (`nx_stats`: packets, drops by reason, creations), read at
 //!   scrape time: one lookup per counter, the same numbers `natrix stats` prints;
 //! - what the daemon's last sweep counted on its own walks ([`Occupancy`]: sessions by
 //!   protocol, mappings, subscribers, port blocks per pool address, the tables' fill),
 //!   handed over after each sweep ([`Metrics::sweep_done`]) with the sweep's duration and
 //!   time, so that a stale snapshot shows (`natrix_last_sweep_timestamp_seconds`);
-//! - and the NAT event exporter's counts ([`LogCounters`]).
+//! - the NAT event exporter's counts ([`LogCounters`]).
 //!
 //! The server runs on threads of its own (src/metrics/http.rs); the daemon's loop only
 //! swaps in the new snapshot under a lock no scrape holds for longer than a copy.

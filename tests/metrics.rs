@@ -246,6 +246,11 @@ fn scrape_passes_promtool_and_agrees_with_stats() {
     let (code, _) = curl(&t, &["-X", "POST"], "/metrics");
     assert_eq!(code, 405, "POST /metrics");
     tcp.close();
+
+    // the server ends with the daemon: SIGTERM exits 0 at once, the port is free again
+    let st = t.stop_daemon(libc::SIGTERM);
+    assert!(st.success(), "natrix run with metrics after SIGTERM: {st}\n{}", t.daemon_log());
+    in_netns(&t.gw, || TcpListener::bind(LISTEN)).expect("the metrics port is free after the daemon exits");
 }
 
 #[test]
