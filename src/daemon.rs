@@ -24,6 +24,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     // Everything that can be checked before touching the kernel is checked first, so that
     // a mistake leaves nothing attached.
     let ifaces = dataplane::resolve_interfaces(cfg)?;
+    let metrics_listener = crate::metrics::bind(cfg.metrics.listen)?;
     let pin = cfg.daemon.pin_path.clone();
     dataplane::ensure_bpffs(&pin)?;
     let fresh = !dataplane::is_pinned(&pin);
@@ -69,6 +70,11 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     let mut sweeper = Sweeper::new(&dp.tables)?;
     let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
     let reaper = Reaper { prog: &dp.skel.progs.nx_ctl, buf: &reap_buf };
+    // NAT event counts: the exporter adds, the metrics endpoint reads
+    let log_counters = Arc::new(crate::metrics::LogCounters::default());
+    let metrics = metrics_listener
+        .map(|l| crate::metrics::Metrics::serve(l, &dp.tables, Arc::clone(&log_counters), Arc::clone(&stop)))
+        .transpose()?;
     info!(
         config = %config_path.display(),
         pin = %pin.display(),
@@ -99,7 +105,12 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
 
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next {
-            match sweeper.sweep(&dp.tables, &reaper) {
+            let began = Instant::now();
+            let swept = sweeper.sweep(&dp.tables, &reaper);
+            if let Some(m) = &metrics {
+                m.sweep_done(swept.is_ok().then(|| sweeper.occupancy()), began.elapsed());
+            }
+            match swept {
                 Ok(r) if r.sessions_expired + r.mappings_released + r.blocks_released > 0 => info!(
                     sessions = r.sessions_expired,
                     mappings = r.mappings_released,
@@ -148,6 +159,9 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     }
     if let Some(t) = fibwatch {
         let _ = t.join();
+    }
+    if let Some(m) = metrics {
+        m.join();
     }
     info!("stopping; the data plane keeps translating (pinned under {})", pin.display());
     Ok(())

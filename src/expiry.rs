@@ -13,6 +13,10 @@
 //! 5. points `addr_hint` at the pool address with the most free blocks, which is where the
 //!    next new subscriber goes when its home block (bpf/nx_alloc.h) is taken (the "which
 //!    block" decision for those stays on the CPU side).
+//!
+//! Along the way it counts what it walks ([`Occupancy`]: sessions by protocol, mappings,
+//! subscribers, blocks per pool address), so that the metrics endpoint (src/metrics.rs)
+//! serves the state of the tables without a walk of its own.
 
 use std::mem::offset_of;
 use std::sync::atomic::Ordering;
@@ -23,12 +27,15 @@ use libbpf_rs::{MapCore, ProgramInput};
 use tracing::debug;
 
 use crate::abi::{
-    CTL_STATIC_ADD, CTL_STATIC_DEL, MF_STATIC, PORT_HELD, PORT_USED, REAP_BATCH as BATCH, REAP_MAPPINGS,
-    REAP_SESSIONS, REAP_SUBS,
+    CTL_STATIC_ADD, CTL_STATIC_DEL, MF_STATIC, NPROTO, PORT_HELD, PORT_USED, REAP_BATCH as BATCH,
+    REAP_MAPPINGS, REAP_SESSIONS, REAP_SUBS, TAB_MAPS, TAB_SESS,
 };
 use crate::skel::types::{nx_config, nx_map_key, nx_reap_args, nx_sess_key, nx_static_map};
 use crate::tables::ports::{self, is_home_word, port_index_parts, port_state, word_nsess, Freed};
-use crate::tables::{block_nsess, block_of, block_used, now_ns, now_tick, MmapWords, TableError, Tables};
+use crate::tables::{
+    block_nsess, block_of, block_used, now_ns, now_tick, port_word_ip, proto_idx, walk_home, MmapWords,
+    TableError, Tables,
+};
 
 /// What one sweep did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -148,6 +155,34 @@ impl Reaper<'_> {
     }
 }
 
+/// What the tables held at the end of a sweep, counted on the sweep's own walks (nothing is
+/// walked for it alone): the numbers `natrix stats` computes by walking, for the metrics
+/// endpoint. Counts are as `natrix stats` counts them: sessions are every live entry of the
+/// session table (address-dependent filtering's records included), mappings the mapping
+/// table's entries and the port words that are mappings (home walks; deterministic mode:
+/// every USED word).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Occupancy {
+    /// nat.mode = "deterministic": no subscriber entries and no blocks
+    pub deterministic: bool,
+    /// live sessions by protocol index (abi::P_TCP, P_UDP, P_ICMP)
+    pub sessions: [u64; NPROTO as usize],
+    pub mappings: u64,
+    /// live subscriber entries (dynamic mode)
+    pub subscribers: u64,
+    /// owned port blocks by pool index (dynamic mode)
+    pub blocks: Vec<u64>,
+    /// blocks each pool address has
+    pub blocks_per_addr: u64,
+    /// outside ports in use: counted by the blocks (dynamic), USED and HELD words
+    /// (deterministic)
+    pub ports_in_use: u64,
+    /// the data plane's own counts (nx_tab_cnt: what enforces the limits) and the
+    /// configured sizes, of the session, mapping and subscriber tables in that order
+    pub table_entries: [u64; 3],
+    pub table_capacity: [u64; 3],
+}
+
 pub struct Sweeper {
     ports: MmapWords,
     blocks: MmapWords,
@@ -155,6 +190,8 @@ pub struct Sweeper {
     /// Port words that are mappings (deterministic mode, home-walk mappings in dynamic
     /// mode) seen USED with no session at the last sweep.
     idle_last: std::collections::HashSet<(usize, u64)>,
+    /// What the last sweep that completed counted.
+    occupancy: Occupancy,
 }
 
 fn mono_secs() -> u32 {
@@ -168,7 +205,13 @@ impl Sweeper {
             blocks: MmapWords::new(&t.blocks, "nx_blocks")?,
             empty_last: Default::default(),
             idle_last: Default::default(),
+            occupancy: Occupancy::default(),
         })
+    }
+
+    /// What the tables held at the end of the last sweep that completed.
+    pub fn occupancy(&self) -> &Occupancy {
+        &self.occupancy
     }
 
     pub fn sweep(&mut self, t: &Tables, reaper: &Reaper<'_>) -> Result<SweepReport, TableError> {
@@ -177,21 +220,33 @@ impl Sweeper {
         let now_s = mono_secs();
         let expired = |e: u32| (e.wrapping_sub(now) as i32) <= 0;
 
-        // 1. sessions
-        let cands: Vec<nx_sess_key> =
-            t.sessions()?.into_iter().filter(|(_, s)| expired(s.expire)).map(|(k, _)| k).collect();
-        for chunk in cands.chunks(BATCH) {
-            let mut a = CtlBatch::sessions(now_s, chunk);
-            self.run(reaper, &mut a)?;
-            r.sessions_expired += a.deleted();
-            r.mappings_released += a.maps_deleted();
+        // 1. sessions; candidates in batches of one protocol, so that what the reaper
+        // deleted is known by protocol
+        let mut occ = Occupancy::default();
+        let mut cands: [Vec<nx_sess_key>; NPROTO as usize] = Default::default();
+        for (k, s) in t.sessions()? {
+            let p = proto_idx(k.proto) as usize;
+            occ.sessions[p] += 1;
+            if expired(s.expire) {
+                cands[p].push(k);
+            }
+        }
+        for (p, cands) in cands.iter().enumerate() {
+            for chunk in cands.chunks(BATCH) {
+                let mut a = CtlBatch::sessions(now_s, chunk);
+                self.run(reaper, &mut a)?;
+                r.sessions_expired += a.deleted();
+                r.mappings_released += a.maps_deleted();
+                occ.sessions[p] = occ.sessions[p].saturating_sub(a.deleted().into());
+            }
         }
 
         let cfg = t.config()?;
         if cfg.det_count != 0 {
             // deterministic: no mapping table, blocks or subscriber entries; the port
             // words are the mappings
-            self.det_ports(&cfg, now_s, &mut r);
+            self.det_ports(&cfg, now_s, &mut r, &mut occ);
+            self.finish(t, &cfg, occ)?;
             if r != SweepReport::default() {
                 debug!(?r, "sweep");
             }
@@ -199,8 +254,9 @@ impl Sweeper {
         }
 
         // 2. mappings without sessions (the table's; home-walk mappings are port words: 3.)
-        let cands: Vec<nx_map_key> = t
-            .table_mappings()?
+        let maps = t.table_mappings()?;
+        occ.mappings = maps.len() as u64;
+        let cands: Vec<nx_map_key> = maps
             .into_iter()
             .filter(|(_, m)| m.nsess == 0 && m.flags & MF_STATIC == 0 && expired(m.expire))
             .map(|(k, _)| k)
@@ -209,6 +265,7 @@ impl Sweeper {
             let mut a = CtlBatch::mappings(now_s, chunk);
             self.run(reaper, &mut a)?;
             r.mappings_released += a.maps_deleted();
+            occ.mappings = occ.mappings.saturating_sub(a.maps_deleted().into());
         }
 
         // 3. hold-down over: free the port, then the block if it became empty. In a block
@@ -220,13 +277,37 @@ impl Sweeper {
         let blocks = self.blocks.words();
         let words = self.ports.words();
         let mut idle_now = std::collections::HashSet::new();
+        // the home-walk mappings, counted as `natrix stats` does (Tables::home_health): USED
+        // words naming the owner of the block, which is its home block
+        let home_owner: Vec<u32> = blocks
+            .iter()
+            .enumerate()
+            .map(|(gid, b)| {
+                let owner = b.load(Ordering::Relaxed) as u32;
+                if owner != 0 && walk_home(&cfg, owner) == Some(gid as u32) {
+                    owner
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let home_map = |idx: usize, v: u64| {
+            let (addr_idx, _, port) = port_index_parts(idx);
+            let ip = port_word_ip(v);
+            ip != 0
+                && block_of(&cfg, addr_idx, u32::from(port))
+                    .is_some_and(|(gid, _)| home_owner.get(gid as usize) == Some(&ip))
+        };
         for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
             let state = port_state(v);
             if state == PORT_USED && word_nsess(v) == 0 && is_home_word(&cfg, idx, v) {
-                r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
+                let held = idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s);
+                r.mappings_released += u32::from(held);
+                occ.mappings += u64::from(!held && home_map(idx, v));
                 continue;
             }
+            occ.mappings += u64::from(state == PORT_USED && home_map(idx, v));
             if state != PORT_HELD || !ports::may_free(&cfg, words, blocks, idx, v, now_s) {
                 continue;
             }
@@ -247,6 +328,7 @@ impl Sweeper {
         // claimed, or a block emptied by a lost race. Released when seen so on two sweeps
         // in a row, so that a CPU between claiming and recording one is never robbed.
         let mut empty_now = std::collections::HashSet::new();
+        occ.blocks = vec![0; usize::from(cfg.n_addrs)];
         for (gid, b) in blocks.iter().enumerate() {
             let v = b.load(Ordering::Relaxed);
             if v != 0 && block_used(v) == 0 && block_nsess(v) == 0 {
@@ -255,17 +337,26 @@ impl Sweeper {
                 {
                     r.blocks_released += 1;
                     r.released.push(BlockRelease { gid: gid as u32, owner: v as u32, time_ms: unix_ms() });
+                    continue;
                 } else {
                     empty_now.insert((gid, v));
                 }
+            }
+            // owned, counted as `natrix stats` counts them (usage)
+            if v as u32 != 0 {
+                if let Some(n) = occ.blocks.get_mut(gid / usize::from(cfg.blocks_per_addr).max(1)) {
+                    *n += 1;
+                }
+                occ.ports_in_use += block_used(v);
             }
         }
         self.empty_last = empty_now;
 
         // 4. subscribers with no block left; the reaper checks again under the entry's
         // lock before it deletes
-        let gone: Vec<u32> = t
-            .subscribers()?
+        let subs = t.subscribers()?;
+        occ.subscribers = subs.len() as u64;
+        let gone: Vec<u32> = subs
             .into_iter()
             .filter(|(ip, sub)| {
                 let owns = sub.blocks.iter().any(|&s| {
@@ -283,6 +374,7 @@ impl Sweeper {
             let mut a = CtlBatch::subscribers(now_s, chunk);
             self.run(reaper, &mut a)?;
             r.subscribers_removed += a.deleted();
+            occ.subscribers = occ.subscribers.saturating_sub(a.deleted().into());
         }
 
         // 5. where the next subscriber whose home block is taken goes
@@ -304,10 +396,23 @@ impl Sweeper {
                 t.write_config(&c)?;
             }
         }
+        self.finish(t, &cfg, occ)?;
         if r != SweepReport::default() {
             debug!(?r, "sweep");
         }
         Ok(r)
+    }
+
+    /// The sweep completed: adds the tables' own counts and sizes to what it counted, and
+    /// keeps that as the last occupancy.
+    fn finish(&mut self, t: &Tables, cfg: &nx_config, mut occ: Occupancy) -> Result<(), TableError> {
+        let [sess, maps] = t.table_counts()?;
+        occ.deterministic = cfg.det_count != 0;
+        occ.blocks_per_addr = cfg.blocks_per_addr.into();
+        occ.table_entries = [sess.into(), maps.into(), t.subscriber_count()?.into()];
+        occ.table_capacity = [cfg.tab_max[TAB_SESS].into(), cfg.tab_max[TAB_MAPS].into(), cfg.sub_max.into()];
+        self.occupancy = occ;
+        Ok(())
     }
 
     /// Deterministic mode (bpf/nx_det.h), each sweep:
@@ -317,14 +422,20 @@ impl Sweeper {
     ///   HELD, claimable by the next new mapping whose walk reaches it;
     /// - a USED word counting no session on two sweeps in a row (a mapping whose first
     ///   session could not be made) goes on hold-down.
-    fn det_ports(&mut self, cfg: &nx_config, now_s: u32, r: &mut SweepReport) {
+    ///
+    /// Counts the mappings (USED words) and the ports in use (USED and HELD words) into
+    /// `occ` as it goes.
+    fn det_ports(&mut self, cfg: &nx_config, now_s: u32, r: &mut SweepReport, occ: &mut Occupancy) {
         let words = self.ports.words();
         let mut idle_now = std::collections::HashSet::new();
         for (idx, w) in words.iter().enumerate() {
             let v = w.load(Ordering::Relaxed);
             let state = port_state(v);
             if state == PORT_USED && word_nsess(v) == 0 {
-                r.mappings_released += u32::from(idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s));
+                let held = idle_word(&self.idle_last, &mut idle_now, idx, w, v, now_s);
+                r.mappings_released += u32::from(held);
+                occ.mappings += u64::from(!held);
+                occ.ports_in_use += 1;
                 continue;
             }
             if state == PORT_HELD
@@ -332,7 +443,10 @@ impl Sweeper {
                 && ports::free_held(w, v, None) != Freed::No
             {
                 r.ports_freed += 1;
+                continue;
             }
+            occ.mappings += u64::from(state == PORT_USED);
+            occ.ports_in_use += u64::from(state == PORT_USED || state == PORT_HELD);
         }
         self.idle_last = idle_now;
     }

@@ -24,6 +24,7 @@ pub mod expiry;
 pub mod fibwatch;
 pub mod frag;
 pub mod lookup;
+pub mod metrics;
 pub mod natlog;
 pub mod show;
 pub mod tables;

@@ -116,6 +116,21 @@ pub fn ticks_to_secs(expire: u32, now: u32) -> i64 {
     (d << TICK_SHIFT) / 1_000_000_000
 }
 
+/// The counters of `nx_stats` (a handle on it, e.g. `Tables::stats`' own) summed over
+/// CPUs, indexed by `enum nx_stat`: one lookup per counter, no walk of any table.
+pub fn read_stats(stats: &MapHandle) -> Result<Vec<u64>> {
+    let n = nx_stat::NX_STAT_MAX.0;
+    (0..n)
+        .map(|i| {
+            let per_cpu = stats
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("nx_stats"))?
+                .unwrap_or_default();
+            Ok(per_cpu.iter().map(|v| value::<u64>(v).expect("a u64 counter")).sum())
+        })
+        .collect()
+}
+
 /// Handles on every map of one data plane instance.
 pub struct Tables {
     pub cfg: MapHandle,
@@ -285,17 +300,7 @@ impl Tables {
 
     /// Counters summed over CPUs, indexed by `enum nx_stat`.
     pub fn stats(&self) -> Result<Vec<u64>> {
-        let n = nx_stat::NX_STAT_MAX.0;
-        (0..n)
-            .map(|i| {
-                let per_cpu = self
-                    .stats
-                    .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(map_err("nx_stats"))?
-                    .unwrap_or_default();
-                Ok(per_cpu.iter().map(|v| value::<u64>(v).expect("a u64 counter")).sum())
-            })
-            .collect()
+        read_stats(&self.stats)
     }
 
     /// Adds n to counter `idx` (`enum nx_stat`), on CPU 0's slot. For the counters only the

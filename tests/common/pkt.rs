@@ -632,6 +632,11 @@ impl Env {
         sw.as_mut().expect("sweeper").sweep(&self.dp.tables, &reaper).expect("expected the sweep to succeed")
     }
 
+    /// What the last sweep counted (the metrics endpoint's snapshot); default before one.
+    pub fn occupancy(&self) -> natrix::expiry::Occupancy {
+        self.sweeper.borrow().as_ref().map(|s| s.occupancy().clone()).unwrap_or_default()
+    }
+
     /// Sends a first outbound packet of a flow and returns the outside (address, port/id)
     /// the data plane chose, after checking the verdict is XDP_REDIRECT.
     pub fn open(&self, p: &Pkt) -> (Ipv4Addr, u16) {
