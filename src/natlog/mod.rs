@@ -2,7 +2,10 @@
 //! NAT event logging: what happened (RFC 8158's events), made in the data plane or by the
 //! daemon, and exported to IPFIX collectors (RFC 7011/8158) and syslog receivers (RFC 5424).
 
+pub mod export;
+pub mod ipfix;
 pub mod source;
+pub mod syslog;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -26,6 +29,25 @@ pub enum NatEventKind {
     BlockFree = 17,
     /// Pool utilisation crossed the configured threshold (natThresholdEvent says which).
     ThresholdReached = 18,
+}
+
+impl NatEventKind {
+    /// Every kind, in natEvent order.
+    pub const ALL: [NatEventKind; 8] = [
+        NatEventKind::AddressesExhausted,
+        NatEventKind::SessionCreate,
+        NatEventKind::SessionDelete,
+        NatEventKind::PortsExhausted,
+        NatEventKind::QuotaExceeded,
+        NatEventKind::BlockAlloc,
+        NatEventKind::BlockFree,
+        NatEventKind::ThresholdReached,
+    ];
+
+    /// The kind whose natEvent value is `v`, if natrix sends it.
+    pub fn from_code(v: u8) -> Option<NatEventKind> {
+        Self::ALL.into_iter().find(|k| *k as u8 == v)
+    }
 }
 
 /// natQuotaExceededEvent (IE 466) values (IANA "natQuotaExceededEvent Values").
@@ -63,6 +85,8 @@ pub struct NatEvent {
     pub port_end: u16,
     /// Session events: IP protocol (protocolIdentifier), inside port (sourceTransportPort)
     /// and outside port (postNAPTSourceTransportPort); the ICMP identifier for ICMP.
+    /// PortsExhausted: `proto` is the protocol of the mapping that found no port (RFC 8158
+    /// reports port exhaustion per protocol), 0 when unknown.
     pub proto: u8,
     pub in_port: u16,
     pub out_port: u16,
