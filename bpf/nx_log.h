@@ -136,9 +136,10 @@ static __always_inline __u64 nx_log_rate(struct nx_scratch *scr, __u32 slot)
 	return t;
 }
 
-/* Subscriber sip was refused a mapping or session for reason (nx_refuse): log what ran
- * out, rate-limited. Global: called once per refusal, off the translating path. */
-__noinline int nx_log_refusal(__u32 sip, __u32 reason)
+/* Subscriber sip was refused a mapping or session of IP protocol proto for reason
+ * (nx_refuse): log what ran out, rate-limited. Global: called once per refusal, off the
+ * translating path. */
+__noinline int nx_log_refusal(__u32 sip, __u32 reason, __u32 proto)
 {
 	struct nx_config *cfg = nx_config();
 	struct nx_scratch *scr = nx_scratch_get();
@@ -207,6 +208,7 @@ __noinline int nx_log_refusal(__u32 sip, __u32 reason)
 		return NX_OK;
 	ev->detail = (__u8)detail;
 	ev->limit = limit;
+	ev->proto = (__u8)proto; /* ports exhausted is per protocol (RFC 8158) */
 	ev->out_ip = out;
 	/* addresses exhausted names no subscriber (RFC 8158: the pool), the others do */
 	if (kind != NX_LOG_ADDRS_EXHAUSTED)

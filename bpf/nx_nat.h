@@ -393,7 +393,7 @@ __noinline nx_verdict nx_refuse(struct xdp_md *ctx, __u32 reason)
 		struct iphdr *ip = data + sizeof(struct ethhdr);
 
 		if ((void *)(ip + 1) <= end)
-			nx_log_refusal(ip->saddr, reason);
+			nx_log_refusal(ip->saddr, reason, ip->protocol);
 	}
 	ifc = bpf_map_lookup_elem(&nx_ifaces, &ifindex);
 	if (!ifc)

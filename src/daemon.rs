@@ -9,13 +9,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::dataplane::{self, Dataplane, Persistence};
 use crate::expiry::{Reaper, Sweeper};
 use crate::frag::FragHolder;
+use crate::natlog::export::{Exporter, Options};
+use crate::natlog::pump::Pump;
+use crate::natlog::source::tai_to_utc_ns;
+
+/// This host's name, for syslog's HOSTNAME field ("-" when it has none, as RFC 5424 says).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(h) if rc == 0 && !h.is_empty() => h.to_owned(),
+        _ => "-".to_owned(),
+    }
+}
 
 pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     for w in &cfg.warnings {
@@ -87,6 +102,18 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     let mut next = Instant::now();
     let mut forwards_pending = !cfg.forwards.is_empty();
 
+    // The NAT event log (src/natlog): the data plane's events come through its ring buffer
+    // (those made while no daemon ran first, with their true times), the sweep's releases,
+    // interim records and the pool threshold through the pump; the exporter sends them on
+    // threads of its own and never blocks this loop.
+    let exporter = if cfg.log.enabled() {
+        let opts = Options { counters: Arc::clone(&log_counters), ..Options::from_config(&cfg.log) };
+        Some(Exporter::start_with(&cfg.log, &hostname(), opts).context("log: starting the exporter")?)
+    } else {
+        None
+    };
+    let pump = std::rc::Rc::new(std::cell::RefCell::new(Pump::new(&dp.tables, &cfg.log, exporter)?));
+
     // Early fragments: the ring buffer's callback queues them, the loop flushes them.
     let holder = std::rc::Rc::new(std::cell::RefCell::new(FragHolder::new(
         cfg.fragments.max_held,
@@ -100,6 +127,11 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
             h.borrow_mut().push(rec);
             0
         })?;
+        let p = std::rc::Rc::clone(&pump);
+        b.add(&dp.skel.maps.nx_log_rb, move |rec: &[u8]| {
+            p.borrow_mut().record(rec, tai_to_utc_ns());
+            0
+        })?;
         b.build()?
     };
 
@@ -110,7 +142,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
             if let Some(m) = &metrics {
                 m.sweep_done(swept.is_ok().then(|| sweeper.occupancy()), began.elapsed());
             }
-            match swept {
+            match &swept {
                 Ok(r) if r.sessions_expired + r.mappings_released + r.blocks_released > 0 => info!(
                     sessions = r.sessions_expired,
                     mappings = r.mappings_released,
@@ -120,6 +152,14 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
                 ),
                 Ok(_) => {}
                 Err(e) => warn!("sweep failed: {e}"),
+            }
+            if let Ok(r) = &swept {
+                // the ring first: a block's allocation goes out before its release
+                let _ = rb.consume();
+                match dp.tables.config() {
+                    Ok(c) => pump.borrow_mut().swept(&c, r),
+                    Err(e) => warn!("log: reading the configuration: {e}"),
+                }
             }
             if forwards_pending {
                 match dp.install_forwards(cfg) {
@@ -162,6 +202,14 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     }
     if let Some(m) = metrics {
         m.join();
+    }
+    // what the ring holds now is read and handed on; what the collectors have not taken in
+    // two seconds is counted lost (events still in the ring wait for the next daemon)
+    let _ = rb.consume();
+    if let Some(x) = pump.borrow().sink() {
+        if !x.flush(Duration::from_secs(2)) {
+            warn!("log: stopping with events not yet sent (counted lost)");
+        }
     }
     info!("stopping; the data plane keeps translating (pinned under {})", pin.display());
     Ok(())

@@ -4,6 +4,7 @@
 
 pub mod export;
 pub mod ipfix;
+pub mod pump;
 pub mod source;
 pub mod syslog;
 

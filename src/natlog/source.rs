@@ -70,6 +70,7 @@ pub fn from_record(rec: &[u8], offset_ns: i64) -> Option<NatEvent> {
             e.detail = u32::from(r.detail);
             e.limit = r.limit;
         }
+        NatEventKind::PortsExhausted => e.proto = r.proto,
         NatEventKind::AddressesExhausted => e.pool_id = POOL_ID,
         _ => {}
     }

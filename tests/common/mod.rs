@@ -2,6 +2,7 @@
 //! Test support shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod ipfix;
 pub mod netns;
 pub mod packet_helpers;
 pub mod pkt;
