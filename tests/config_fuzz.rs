@@ -54,9 +54,10 @@ impl Rng {
 // ---------------------------------------------------------------------------------------
 // seeds
 
-const SECTIONS: [&str; 8] =
-    ["interfaces", "pool", "nat", "fragments", "timeouts", "limits", "fib_cache", "daemon"];
 const TABLE_ARRAYS: [&str; 2] = ["exclude", "forward"];
+/// The top-level tables: every section of the parser's key table that is no array of tables.
+static SECTIONS: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| KEYS.iter().map(|(s, _)| *s).filter(|s| !TABLE_ARRAYS.contains(s)).collect());
 
 /// Every key of every section, as the parser has them.
 const KEYS: &[(&str, &[&str])] = natrix::config::SECTION_KEYS;

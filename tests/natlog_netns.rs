@@ -221,3 +221,57 @@ fn session_events_only_when_asked_and_destinations_only_when_asked() {
         assert!(del[0].time_ms >= t1 + 2000, "deleted after the 2 s timeout: {:?}", del[0]);
     }
 }
+
+/// Interim logging re-sends every held block's allocation (log.interim), and the pool's
+/// threshold event (natEvent 18) goes out once when the blocks in use reach
+/// log.pool_threshold: here 2 of the pool's 4 blocks at 50%.
+#[test]
+fn interim_records_and_the_pool_threshold() {
+    let mut t = Topo::new();
+    let mut col = Collectors::new(&t);
+    let c = log_conf(
+        &t,
+        &[
+            ("pool.addresses", "[\"203.0.113.16\"]"),
+            ("pool.ports", "\"1024-2047\""),
+            ("log.interim", "\"1s\""),
+            ("log.pool_threshold", "50"),
+        ],
+    );
+    start(&mut t, &c);
+    let server = udp_socket(&t.srv, any_port(SERVER_IP), Duration::from_secs(5));
+    let (_, out1, _, _) = first_datagram(&t.s1, SUB1_IP, &server);
+    let ev = col.wait_for("interim", "an interim record", |e| {
+        e.kind == NatEventKind::BlockAlloc && e.inside == SUB1_IP && e.time_ms > 0
+    });
+    let first = the_block_first(&ev, SUB1_IP);
+    assert!(ev.iter().all(|e| e.kind != NatEventKind::ThresholdReached), "1 block of 4: below 50%: {ev:?}");
+    let ev = col.wait_for("interim-2", "s1's block again", |e| {
+        e.kind == NatEventKind::BlockAlloc && e.inside == SUB1_IP && e.time_ms >= first.time_ms + 900
+    });
+    let again = ev
+        .iter()
+        .find(|e| {
+            e.kind == NatEventKind::BlockAlloc && e.inside == SUB1_IP && e.time_ms >= first.time_ms + 900
+        })
+        .unwrap();
+    assert_eq!(
+        (again.outside, again.port_start, again.port_end),
+        (first.outside, first.port_start, first.port_end),
+        "the interim record names the same block"
+    );
+    assert!(first.port_start <= out1.port() && out1.port() <= first.port_end);
+    first_datagram(&t.s2, SUB2_IP, &server);
+    let ev = col.wait_for("threshold", "the threshold event", |e| e.kind == NatEventKind::ThresholdReached);
+    let th: Vec<&NatEvent> = ev.iter().filter(|e| e.kind == NatEventKind::ThresholdReached).collect();
+    assert_eq!(th.len(), 1, "once: {th:?}");
+    assert_eq!((th[0].detail, th[0].limit, th[0].pool_id), (1, 50, 1), "{th:?}");
+}
+
+/// The first block allocation logged for `sub`.
+fn the_block_first(ev: &[NatEvent], sub: Ipv4Addr) -> NatEvent {
+    ev.iter()
+        .find(|e| e.kind == NatEventKind::BlockAlloc && e.inside == sub)
+        .cloned()
+        .unwrap_or_else(|| panic!("no block allocation for {sub}: {ev:?}"))
+}

@@ -15,7 +15,7 @@ const MAX_BUFFER_EVENTS: i64 = 1 << 20;
 /// 40-byte struct nx_log_ev), for sizing it.
 pub const RING_BYTES_PER_EVENT: u64 = 48;
 const MAX_INTERIM: Duration = Duration::from_secs(7 * 24 * 3600);
-const MIN_INTERIM: Duration = Duration::from_secs(60);
+const MIN_INTERIM: Duration = Duration::from_secs(1);
 const MIN_TEMPLATE_REFRESH: Duration = Duration::from_secs(1);
 const MAX_TEMPLATE_REFRESH: Duration = Duration::from_secs(3600);
 
@@ -116,7 +116,7 @@ pub(super) fn parse_log(sec: &Section) -> Result<Log, ConfigError> {
         Some(_) => {
             return Err(key_err(
                 sec.key("interim"),
-                "must be 0s (never) or between 1m and 7d (an interim record re-sends every active block)",
+                "must be 0s (never) or between 1s and 7d (an interim record re-sends every active block)",
             ))
         }
     };
@@ -193,7 +193,7 @@ mod tests {
         assert_key_errors(
             "log.interim",
             |v| with(&format!("[log]\ninterim = {v}\n")),
-            &[("\"10s\"", "between 1m and 7d"), ("\"8d\"", "between 1m and 7d")],
+            &[("\"500ms\"", "between 1s and 7d"), ("\"8d\"", "between 1s and 7d")],
         );
         key_error(&with("[log]\ndestinations = true\n"), "log.destinations");
         key_error(&with("[log]\nbuffer_events = 10\n"), "log.buffer_events");
