@@ -14,6 +14,9 @@
 #                   A/B of the setup path; BENCH_ROUNDS applies)
 #   BENCH_ONLY=cost only the per-packet cost (BPF_PROG_TEST_RUN); with NATRIX_REF, this build's
 #                   and the reference's in turn, BENCH_ROUNDS times (default 3)
+#   BENCH_ONLY=log  only NAT event logging: its per-packet cost (off, on, with session events,
+#                   an A/A control, side by side in BPF_PROG_TEST_RUN; LOG_ROUNDS rounds, default
+#                   15) and its volume for a simulated minute (records and bytes per second)
 #
 # Topology: every gateway has a namespace and a path of its own, all built once and kept
 # up, so that the gateways can be measured one right after the other, case by case:
@@ -51,15 +54,23 @@ if ((SMOKE)); then
 	# both new-flow runs, with their profile windows (< 2.5M setups/s); natrix's tables for
 	# the established cases are at least this large too (natrix_up): ~0.6 GB per instance
 	NEWFLOW_TABLE=6000000
+	LOG_COST_ARGS="--sessions 2000 --reps 2 --split 2 --repeat 2000 --new-flows 40 --new-blocks 100"
+	LOG_VOLUME_ARGS="--subs 100 --conns 4 --variants sessions --idle"
 elif ((QUICK)); then
 	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix natrixdet nft kernel xdpfwd setupfloor" SCALES="1 1000 100000" PASSES64=1
 	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=4096
 	NEWFLOW_TABLE=10000000
+	LOG_COST_ARGS="--sessions 100000 --reps 3 --repeat 100000 --new-flows 2000 --new-blocks 1000"
+	LOG_VOLUME_ARGS="--subs 10000 --conns 20 --idle"
 else
 	ROUNDS=${BENCH_ROUNDS:-5} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix natrixdet nft kernel xdpfwd setupfloor" PASSES64=3
 	SCALES="1 1000 100000 1000000 10000000"
 	COST_SESSIONS=1000,1000000,10000000 COST_REPS=5 COST_REPEAT=500000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=8192
 	NEWFLOW_TABLE=10000000 # a daemon's two new-flow runs (UDP, TCP): up to 1.5 s each at < 2.5M setups/s
+	# NAT event logging: 1M sessions, LOG_ROUNDS rounds; the volume of
+	# 10,000 subscribers opening 20 connections each in a simulated minute
+	LOG_COST_ARGS="--sessions 1000000 --reps ${LOG_ROUNDS:-15} --repeat 200000 --new-flows 5000 --new-blocks 800"
+	LOG_VOLUME_ARGS="--subs 10000 --conns 20 --idle"
 fi
 NATRIX_REF=${NATRIX_REF:-}
 BENCH_ONLY=${BENCH_ONLY:-}
@@ -67,8 +78,10 @@ if [[ -n $NATRIX_REF ]]; then
 	[[ -x $NATRIX_REF ]] || { echo "bench: NATRIX_REF=$NATRIX_REF is not an executable" >&2; exit 1; }
 	GATEWAYS=${GATEWAYS/natrix /natrix natrixref }
 fi
-[[ -z $BENCH_ONLY || $BENCH_ONLY == newflow || $BENCH_ONLY == cost ]] ||
-	{ echo "bench: BENCH_ONLY: only 'newflow' and 'cost' are known" >&2; exit 1; }
+[[ -z $BENCH_ONLY || $BENCH_ONLY == newflow || $BENCH_ONLY == cost || $BENCH_ONLY == log ]] ||
+	{ echo "bench: BENCH_ONLY: only 'newflow', 'cost' and 'log' are known" >&2; exit 1; }
+# the log part runs in natrix's namespace, without end-to-end rounds (and without NATRIX_REF)
+[[ $BENCH_ONLY == log ]] && GATEWAYS=natrix ROUNDS=0
 MAX_SCALE=$(tr ' ' '\n' <<<"$SCALES" | sort -n | tail -1)
 
 mkdir -p "$OUT"
@@ -422,6 +435,35 @@ fi
 [[ -z $BENCH_ONLY ]] && say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
 [[ -z $BENCH_ONLY ]] && cost "$NATRIX_BENCH" "$RAW" ""
 
+# logbench RAW: NAT event logging in natrix's namespace (bench/src/logcost.rs,
+# logvolume.rs): what it costs per packet, logging off, on and with session events beside
+# an A/A control (off again), run by run; and what it sends for a simulated minute
+logbench() {
+	local ns
+	ns=$(gwns natrix)
+	# shellcheck disable=SC2086 # the arguments are words
+	in_ns "$ns" taskset -c $CPU "$NATRIX_BENCH" log-cost $LOG_COST_ARGS --out "$1" 2>>"$LOG" >/dev/null
+	# shellcheck disable=SC2086
+	in_ns "$ns" taskset -c $CPU "$NATRIX_BENCH" log-volume $LOG_VOLUME_ARGS --out "$1" 2>>"$LOG" >/dev/null
+	$PY -c 'import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if r["kind"]=="log_cost":
+        v=r["variants"]; q=r["ratios"]
+        for c in ["out_hot","out_rnd","in_hot","in_rnd","new_flow","new_block"]:
+            print("  log %-9s off %5.0f ns; on/off: blocks %.2fx, sessions %.2fx, A/A %.2fx" % (c, v["off"]["ns"][c], q["blocks"][c]["median"], q["sessions"][c]["median"], q["off_control"][c]["median"]))
+        made=lambda n: sum(sum(k.values()) for k in v[n]["events"].values())
+        print("  log events made (blocks, sessions): %d, %d; lost %d" % (made("blocks"), made("sessions"), r["log_lost"]))
+    if r["kind"]=="log_volume":
+        for v in r["variants"]:
+            a=v["active"]
+            print("  volume %-12s %8d records/min (%.2f a connection), IPFIX %9.0f B/s, syslog %10.0f B/s, lost %d" % (v["variant"], a["ipfix_records"], a["ipfix_records"]/v["connections"], a["ipfix_bytes"]/60, a["syslog_bytes"]/60, v["log_lost"]))' "$1" | tee -a "$LOG" >&2
+}
+if [[ -z $BENCH_ONLY || $BENCH_ONLY == log ]]; then
+	say "NAT event logging: per-packet cost (off, on, sessions, A/A control) and volume"
+	logbench "$RAW"
+fi
+
 # the stateless gateways and nftables' rules stay up for the whole run (conntrack is
 # flushed where a case needs fresh state); natrix is started by each round
 for g in $GATEWAYS; do isnatrix "$g" || gateway_up "$g"; done
@@ -439,7 +481,7 @@ say "report"
 # a partial run (smoke, one part, or with a reference build) leaves the docs alone
 PARTIAL=0
 ((SMOKE)) || [[ -n $BENCH_ONLY || -n $NATRIX_REF ]] && PARTIAL=1
-"$NATRIX_BENCH" report --raw "$RAW" --out "$OUT/results.json" $( ((PARTIAL)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
+"$NATRIX_BENCH" report --raw "$RAW" --out "$OUT/results.json" --md "$OUT/results.md" $( ((PARTIAL)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
 [[ -z $BENCH_ONLY ]] && $PY scripts/plot.py "$OUT/results.json" "$OUT"
 if ! ((PARTIAL)); then
 	mkdir -p docs/img

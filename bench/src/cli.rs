@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use super::flow::{Dir, FlowSpec, Mode, Proto, TcpFlags};
-use super::{attach, cost, e2e, gen::Generator, report, sys};
+use super::{attach, cost, e2e, gen::Generator, logcost, logvolume, report, sys};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -52,6 +52,12 @@ pub enum BenchCmd {
     E2e(e2e::E2eArgs),
     /// Per-packet cost (BPF_PROG_TEST_RUN) and memory per session, 1k..10M sessions.
     Cost(cost::CostArgs),
+    /// NAT event logging's per-packet cost: logging off, on (block events), with session
+    /// events, and an A/A control, side by side (BPF_PROG_TEST_RUN).
+    LogCost(logcost::LogCostArgs),
+    /// NAT event logging's volume for a simulated minute of traffic: events, IPFIX and
+    /// syslog records and bytes, block events only and with session events.
+    LogVolume(logvolume::LogVolumeArgs),
     /// Medians, ratios and targets from a results directory; plots' data; docs summary.
     Report(report::ReportArgs),
     /// New-flow cost against the mappings one subscriber holds (natrix's allocator).
@@ -146,6 +152,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 dir: Dir::Out,
                 dmac: sys::parse_mac(&g.dst_mac)?,
                 smac: sys::mac_of(&g.dev)?,
+                ..Default::default()
             };
             let mut gen = Generator::new(&g.dev, &spec, g.park_dev.as_deref())?;
             let duration = match (g.count, g.duration) {
@@ -189,6 +196,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             Ok(())
         }
         BenchCmd::Cost(c) => cost::run(&c),
+        BenchCmd::LogCost(c) => logcost::run(&c),
+        BenchCmd::LogVolume(v) => logvolume::run(&v),
         BenchCmd::Report(r) => report::run(&r),
         BenchCmd::Alloc { inside, outside, step, max } => {
             for (k, ns) in cost::alloc_curve(&inside, &outside, step, max)? {

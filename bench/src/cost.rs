@@ -143,7 +143,7 @@ pin_path = "/sys/fs/bpf/natrix-bench-cost"
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return 0.0;
@@ -156,9 +156,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-const XDP_REDIRECT: u32 = 4;
+pub(crate) const XDP_REDIRECT: u32 = 4;
 
-fn drops(st: &[u64]) -> BTreeMap<&'static str, u64> {
+pub(crate) fn drops(st: &[u64]) -> BTreeMap<&'static str, u64> {
     STATS
         .iter()
         .filter(|(s, _)| natrix::tables::is_drop(*s))

@@ -180,6 +180,7 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
         dir: super::flow::Dir::Out,
         dmac: sys::parse_mac(&a.dst_mac)?,
         smac: sys::mac_of(&a.dev)?,
+        ..Default::default()
     };
     spec.validate()?;
     let sink = open_sink(&a.sink_pin)?;

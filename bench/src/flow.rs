@@ -87,6 +87,11 @@ pub struct FlowSpec {
     pub flow_base: u64,
     pub mode: Mode,
     pub dir: Dir,
+    /// The remote end of outbound flows (default REMOTE) and its first port (REMOTE_PORT).
+    pub remote: Ipv4Addr,
+    pub remote_port: u16,
+    /// A subscriber's first inside port (default SPORT_BASE).
+    pub sport_base: u16,
     #[serde(skip)]
     pub dmac: [u8; 6],
     #[serde(skip)]
@@ -104,6 +109,9 @@ impl Default for FlowSpec {
             flow_base: 0,
             mode: Mode::Cycle,
             dir: Dir::Out,
+            remote: REMOTE,
+            remote_port: REMOTE_PORT,
+            sport_base: SPORT_BASE,
             dmac: [0x02, 0, 0, 0, 0, 1],
             smac: [0x02, 0, 0, 0, 0, 2],
         }
@@ -153,11 +161,11 @@ impl FlowSpec {
                 TcpFlags::Ack => 0x10,
             },
             src_ip: u32::from(SUB_BASE),
-            dst_ip: u32::from(REMOTE),
+            dst_ip: u32::from(self.remote),
             nsubs: self.subs,
             nports: NPORTS,
-            sport_base: SPORT_BASE,
-            dport: REMOTE_PORT,
+            sport_base: self.sport_base,
+            dport: self.remote_port,
             mode,
             dir: match self.dir {
                 Dir::Out => nxb_dir::NXB_DIR_OUT,
@@ -172,7 +180,8 @@ impl FlowSpec {
     }
 }
 
-/// The inside endpoint of outbound flow `k` (what nxb_pkt.h computes), for tests and checks.
+/// The inside endpoint of outbound flow `k` (what nxb_pkt.h computes with the default
+/// ports), for tests and checks.
 pub fn flow_endpoint(subs: u32, k: u64) -> (Ipv4Addr, u16, u16) {
     let sub = u32::from(SUB_BASE) + (k % subs as u64) as u32;
     let j = k / subs as u64;

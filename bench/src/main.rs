@@ -6,6 +6,8 @@
 //! - [`harness`]: per-packet cost of an XDP program in BPF_PROG_TEST_RUN repeat mode.
 //! - [`cost`]: natrix's per-packet cost with 1k..10M live sessions, the minimal forwarder
 //!   as the floor, and memory per session.
+//! - [`logcost`], [`logvolume`]: what NAT event logging costs per packet (on against
+//!   off), and what it sends for a realistic load (records and bytes per second).
 //! - [`e2e`]: one end-to-end measurement through veth namespaces (set up by
 //!   scripts/bench.sh).
 //! - [`report`]: medians, ratios and targets from all records; the summary in
@@ -20,6 +22,9 @@ pub mod e2e;
 pub mod flow;
 pub mod gen;
 pub mod harness;
+pub mod logcost;
+pub mod logreport;
+pub mod logvolume;
 pub mod report;
 pub mod sys;
 

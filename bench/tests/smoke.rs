@@ -163,6 +163,46 @@ fn bench_smoke_runs_and_reports() {
     assert!(c["memory"]["per_map"]["nx_sess"].as_u64().unwrap() > 0);
     assert!(res["alloc"]["points"].as_array().is_some_and(|p| !p.is_empty()), "allocation curve");
     assert!(!res["targets"].as_array().unwrap().is_empty(), "targets evaluated");
+    // NAT event logging: four settings timed side by side, the events each case made
+    // drained and counted, none lost; the volume of a (tiny) minute and of its end
+    let lc = &res["log_cost"];
+    assert_eq!(lc["log_lost"], 0, "log cost: events lost");
+    for v in ["off", "off_control", "blocks", "sessions"] {
+        let x = &lc["variants"][v];
+        for case in ["out_hot", "out_rnd", "in_hot", "in_rnd", "new_flow", "new_block"] {
+            let runs = x["runs"][case].as_array().map(Vec::len).unwrap_or(0) as u64;
+            assert_eq!(Some(runs), lc["reps"].as_u64(), "log cost {v} {case}: runs");
+        }
+    }
+    let epp = |v: &str, c: &str| lc["variants"][v]["events_per_packet"][c].as_f64().unwrap_or(-1.0);
+    for c in ["out_hot", "out_rnd", "in_hot", "in_rnd"] {
+        assert_eq!((epp("off", c), epp("blocks", c), epp("sessions", c)), (0.0, 0.0, 0.0), "{c}: events");
+    }
+    assert_eq!(
+        (epp("off", "new_flow"), epp("blocks", "new_flow"), epp("sessions", "new_flow")),
+        (0.0, 0.0, 1.0)
+    );
+    assert_eq!(
+        (epp("off", "new_block"), epp("blocks", "new_block"), epp("sessions", "new_block")),
+        (0.0, 1.0, 2.0)
+    );
+    for v in ["blocks", "sessions", "off_control"] {
+        assert!(lc["ratios"][v]["out_hot"]["median"].as_f64().is_some_and(|r| r > 0.0), "log cost ratio {v}");
+    }
+    assert!(
+        names.iter().any(|n| n.contains("NAT event logging") && n.contains("new block")),
+        "the cost per new block is stated: {names:?}"
+    );
+    let lv = &res["log_volume"]["variants"][0];
+    let conns = lv["connections"].as_u64().unwrap();
+    assert_eq!(lv["active"]["by_kind"]["session_create"].as_u64(), Some(conns), "{lv}");
+    assert_eq!(lv["idle"]["by_kind"]["session_delete"].as_u64(), Some(conns), "{lv}");
+    let blocks = lv["active"]["by_kind"]["block_alloc"].as_u64().unwrap_or(0);
+    assert!(blocks > 0 && lv["idle"]["by_kind"]["block_free"].as_u64() == Some(blocks), "{lv}");
+    assert_eq!(lv["active"]["ipfix_records"].as_u64(), Some(conns + blocks), "{lv}");
+    assert_eq!(lv["log_lost"], 0, "{lv}");
+    let md = std::fs::read_to_string(out.join("results.md")).expect("results.md");
+    assert!(md.contains("NAT event log volume"), "the volume table in results.md");
     for png in
         ["throughput_vs_size", "throughput_vs_connections", "setup_rate", "cost_vs_sessions", "alloc_curve"]
     {
