@@ -31,11 +31,11 @@ bench: build deps-bench ## benchmarks: bench-results/, docs/PERFORMANCE.md (BENC
 lint: deps deps-lint ## formatting, clippy -D warnings, clang-format (CI runs it)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
-	clang-format --dry-run --Werror bpf/*.c bpf/*.h bench/bpf/*.c bench/bpf/*.h
+	clang-format --dry-run --Werror bpf/*.c bpf/*.h bench/bpf/*.c bench/bpf/*.h tests/bpf/*.c
 
 fmt: deps deps-lint ## format Rust and C
 	$(CARGO) fmt --all
-	clang-format -i bpf/*.c bpf/*.h bench/bpf/*.c bench/bpf/*.h
+	clang-format -i bpf/*.c bpf/*.h bench/bpf/*.c bench/bpf/*.h tests/bpf/*.c
 
 clean: ## remove build output
 	$(CARGO) clean

@@ -19,6 +19,7 @@ check pkg-config pkg-config
 check /usr/include/libelf.h libelf-dev
 check /usr/include/zlib.h zlib1g-dev
 check /usr/include/linux/bpf.h linux-libc-dev
+check /usr/include/pcap/pcap.h libpcap-dev # the capture filter compiler (src/capture/): libpcap.so to link
 # clang -target bpf defines no __x86_64__, so glibc's headers (linux/if.h includes
 # sys/socket.h) ask for the 32-bit stubs
 if [[ $(uname -m) == x86_64 ]]; then check /usr/include/x86_64-linux-gnu/gnu/stubs-32.h libc6-dev-i386; fi
@@ -34,6 +35,7 @@ if [[ $what == test || $what == bench ]]; then
 	check turnserver coturn # tests/rfc_netns.rs: NAT behaviour as a TURN server sees it
 	check tshark tshark # the NAT log's IPFIX, decoded by Wireshark's dissector
 	check text2pcap wireshark-common
+	check dumpcap wireshark-common # tests/capture_filter.rs: what libpcap compiles, its messages
 	check promtool prometheus # /metrics and the shipped alert rules, checked by Prometheus' own tool
 fi
 if [[ $what == bench ]]; then

@@ -15,6 +15,7 @@ pub mod skel {
 }
 
 pub mod abi;
+pub mod capture;
 pub mod check;
 pub mod clock;
 pub mod config;
