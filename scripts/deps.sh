@@ -55,12 +55,12 @@ if ((${#need_pkgs[@]})); then
 fi
 
 if ! command -v cargo >/dev/null 2>&1 && [[ ! -x $HOME/.cargo/bin/cargo ]]; then
-	echo "deps: no Rust toolchain; installing Debian's cargo (natrix needs rustc >= 1.82)"
+	echo "deps: no Rust toolchain; installing Debian's cargo (natrix needs rustc >= 1.85)"
 	apt-get install -y -q cargo rustc
 fi
 rustc_v=$( (command -v rustc >/dev/null && rustc --version || "$HOME/.cargo/bin/rustc" --version) | awk '{print $2}')
-if [[ $(printf '%s\n1.82.0\n' "$rustc_v" | sort -V | head -1) != 1.82.0 ]]; then
-	echo "deps: rustc $rustc_v is older than 1.82: install a newer toolchain (rustup)" >&2
+if [[ $(printf '%s\n1.85.0\n' "$rustc_v" | sort -V | head -1) != 1.85.0 ]]; then
+	echo "deps: rustc $rustc_v is older than 1.85 (the locked clap needs it): install a newer toolchain (rustup)" >&2
 	exit 1
 fi
 if [[ $what == lint ]]; then
