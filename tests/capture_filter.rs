@@ -461,30 +461,11 @@ fn a_large_filter_agrees_with_libpcap() {
 // ---- random classic programs against libpcap's interpreter --------------------------------
 
 /// Classic BPF encodings (pcap/bpf.h), for programs made by hand.
-mod c {
-    pub const LD: u16 = 0x00;
-    pub const LDX: u16 = 0x01;
-    pub const ST: u16 = 0x02;
-    pub const STX: u16 = 0x03;
-    pub const ALU: u16 = 0x04;
-    pub const JMP: u16 = 0x05;
-    pub const RET: u16 = 0x06;
-    pub const MISC: u16 = 0x07;
-    pub const W: u16 = 0x00;
-    pub const H: u16 = 0x08;
-    pub const B: u16 = 0x10;
-    pub const ABS: u16 = 0x20;
-    pub const IND: u16 = 0x40;
-    pub const MEM: u16 = 0x60;
-    pub const LEN: u16 = 0x80;
-    pub const MSH: u16 = 0xa0;
-    pub const X: u16 = 0x08;
-    pub const A: u16 = 0x10;
-    pub const ALU_OPS: [u16; 10] = [0x00, 0x10, 0x20, 0x30, 0x90, 0x50, 0x40, 0xa0, 0x60, 0x70];
-    pub const NEG: u16 = 0x80;
-    pub const JCOND: [u16; 4] = [0x10, 0x20, 0x30, 0x40];
-    pub const TXA: u16 = 0x80;
-}
+use natrix::capture::filter::c;
+/// The ALU operations that take an operand (add, sub, mul, div, mod, and, or, xor, lsh,
+/// rsh) and the conditional jumps (jeq, jgt, jge, jset), to draw from.
+const ALU_OPS: [u16; 10] = [0x00, 0x10, 0x20, 0x30, 0x90, 0x50, 0x40, 0xa0, 0x60, 0x70];
+const JCOND: [u16; 4] = [0x10, 0x20, 0x30, 0x40];
 
 fn ins(code: u16, jt: u8, jf: u8, k: u32) -> CbpfInsn {
     CbpfInsn { code, jt, jf, k }

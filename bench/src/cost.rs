@@ -106,44 +106,61 @@ impl Plan {
         Ok(Plan { sessions: n, subs, addrs, udp, tcp, icmp, new })
     }
 
-    /// Pool: 203.0.113.0/24 first, then 192.0.2.0/24.
-    fn pool(&self) -> Vec<String> {
-        (0..self.addrs)
-            .map(|i| if i < 256 { format!("203.0.113.{i}") } else { format!("192.0.2.{}", i - 256) })
-            .collect()
-    }
-
     fn config(&self, inside: &str, outside: &str) -> Result<Config> {
-        let pool = self.pool().iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ");
-        let toml = format!(
-            r#"
+        gateway_config(
+            inside,
+            outside,
+            self.addrs,
+            self.subs,
+            self.sessions,
+            &format!(
+                "# one subscriber holds up to ALLOC_MAX sessions in the allocation curve: a per-subscriber
+# limit above that (checked and counted, so its cost is measured)
+max_sessions_per_subscriber = 100000
+[nat]
+block_size = {BLOCK_SIZE}
+max_blocks_per_subscriber = 32
+[daemon]
+pin_path = \"/sys/fs/bpf/natrix-bench-cost\"
+"
+            ),
+        )
+    }
+}
+
+/// The configuration of a benchmark's private natrix instance: its interfaces, `addrs` pool
+/// addresses (203.0.113.0/24 first, then 192.0.2.0/24), `subs` subscribers and `entries`
+/// mappings and sessions at most, then `rest` (TOML that starts inside `[limits]`).
+pub fn gateway_config(
+    inside: &str,
+    outside: &str,
+    addrs: u64,
+    subs: u64,
+    entries: u64,
+    rest: &str,
+) -> Result<Config> {
+    let pool = (0..addrs)
+        .map(|i| if i < 256 { format!("\"203.0.113.{i}\"") } else { format!("\"192.0.2.{}\"", i - 256) })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let toml = format!(
+        r#"
 [interfaces]
 inside = ["{inside}"]
 outside = ["{outside}"]
 [pool]
 addresses = [{pool}]
 ports = "1024-65535"
-[nat]
-block_size = {BLOCK_SIZE}
-max_blocks_per_subscriber = 32
 [limits]
 max_subscribers = {subs}
-max_mappings = {n}
-max_sessions = {n}
-# one subscriber holds up to ALLOC_MAX sessions in the allocation curve: a per-subscriber
-# limit above that (checked and counted, so its cost is measured)
-max_sessions_per_subscriber = 100000
-[daemon]
-pin_path = "/sys/fs/bpf/natrix-bench-cost"
-"#,
-            subs = self.subs,
-            n = self.sessions
-        );
-        Config::from_toml_str(&toml).context("benchmark config")
-    }
+max_mappings = {entries}
+max_sessions = {entries}
+{rest}"#
+    );
+    Config::from_toml_str(&toml).context("benchmark config")
 }
 
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return 0.0;

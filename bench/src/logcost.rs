@@ -137,14 +137,6 @@ const LOG_FLAGS: u32 = natrix::abi::CF_LOG
 /// The timed cases, in the order a repetition times them.
 pub const CASES: [&str; 6] = ["out_hot", "out_rnd", "in_hot", "in_rnd", "new_flow", "new_block"];
 
-/// Pool addresses from 203.0.113.0 on, then 192.0.2.0 on.
-fn pool(addrs: u64) -> String {
-    (0..addrs)
-        .map(|i| if i < 256 { format!("\"203.0.113.{i}\"") } else { format!("\"192.0.2.{}\"", i - 256) })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// What the instance is made of.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 struct Plan {
@@ -212,31 +204,18 @@ impl Plan {
     /// The instance's configuration: `[log]` names no collector (the flags are switched per
     /// run), its ring as large as the key allows.
     fn config(&self, inside: &str, outside: &str) -> Result<Config> {
-        let toml = format!(
-            r#"
-[interfaces]
-inside = ["{inside}"]
-outside = ["{outside}"]
-[pool]
-addresses = [{pool}]
-ports = "1024-65535"
+        let rest = format!(
+            "max_sessions_per_subscriber = 100000
 [nat]
 block_size = {BLOCK_SIZE}
 max_blocks_per_subscriber = 4
-[limits]
-max_subscribers = 65536
-max_mappings = {n}
-max_sessions = {n}
-max_sessions_per_subscriber = 100000
 [daemon]
-pin_path = "/sys/fs/bpf/natrix-bench-logcost"
+pin_path = \"/sys/fs/bpf/natrix-bench-logcost\"
 [log]
 buffer_events = {RING_EVENTS}
-"#,
-            pool = pool(self.addrs),
-            n = self.table,
+"
         );
-        Config::from_toml_str(&toml).context("benchmark config")
+        super::cost::gateway_config(inside, outside, self.addrs, 65536, self.table, &rest)
     }
 }
 

@@ -157,38 +157,21 @@ fn log_toml(variant: &str) -> Result<String> {
 fn config(a: &LogVolumeArgs, variant: &str) -> Result<Config> {
     // natrix's default blocks (256 ports, 252 an address), a third to spare
     let addrs = (u64::from(a.subs) * 4 / 3).div_ceil(252).clamp(1, 512);
-    let pool = (0..addrs)
-        .map(|i| if i < 256 { format!("\"203.0.113.{i}\"") } else { format!("\"192.0.2.{}\"", i - 256) })
-        .collect::<Vec<_>>()
-        .join(", ");
     let n = u64::from(a.subs) * u64::from(a.conns) + 1024;
-    let toml = format!(
-        r#"
-[interfaces]
-inside = ["{inside}"]
-outside = ["{outside}"]
-[pool]
-addresses = [{pool}]
-ports = "1024-65535"
-[limits]
-max_subscribers = {subs}
-max_mappings = {n}
-max_sessions = {n}
-# below the RFC minima (a warning): the idle phase lets everything expire within seconds
+    let rest = format!(
+        "# below the RFC minima (a warning): the idle phase lets everything expire within seconds
 [timeouts]
-udp = "1s"
-tcp_established = "1s"
-tcp_transitory = "1s"
-port_hold_down = "1s"
+udp = \"1s\"
+tcp_established = \"1s\"
+tcp_transitory = \"1s\"
+port_hold_down = \"1s\"
 [daemon]
-pin_path = "/sys/fs/bpf/natrix-bench-logvolume"
-{log}"#,
-        inside = a.inside,
-        outside = a.outside,
-        subs = (a.subs + 1024).max(65536),
-        log = log_toml(variant)?
+pin_path = \"/sys/fs/bpf/natrix-bench-logvolume\"
+{}",
+        log_toml(variant)?
     );
-    Config::from_toml_str(&toml).context("benchmark config")
+    let subs = u64::from(a.subs + 1024).max(65536);
+    super::cost::gateway_config(&a.inside, &a.outside, addrs, subs, n, &rest)
 }
 
 fn one(a: &LogVolumeArgs, variant: &str) -> Result<serde_json::Value> {

@@ -159,8 +159,8 @@ pub fn libpcap_version() -> String {
 
 // ---- classic BPF ---------------------------------------------------------------------
 
-/// Classic BPF's encoding (pcap/bpf.h).
-mod c {
+/// Classic BPF's encoding (pcap/bpf.h): instruction classes, sizes, modes, operations.
+pub mod c {
     pub const LD: u16 = 0x00;
     pub const LDX: u16 = 0x01;
     pub const ST: u16 = 0x02;
