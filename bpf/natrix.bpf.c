@@ -10,24 +10,55 @@
 #include "nx_home.h"
 #include "nx_parse.h"
 #include "nx_ctl.h"
+#include "nx_cap.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* XDP ingress of every inside interface: inside -> outside, and hairpinning. The fast path
- * (nx_fast.h); the rest by tail call in nx_xdp_inside_slow. */
+ * (nx_fast.h); the rest by tail call in nx_xdp_inside_slow. While a capture runs, the
+ * packet goes its way through the capture's chain instead (nx_cap.h). */
 SEC("xdp")
-int nx_xdp_inside(struct xdp_md *ctx) { return nx_exit(ctx, nx_fast_inside(ctx)); }
+int nx_xdp_inside(struct xdp_md *ctx)
+{
+	nx_cap_enter(ctx, NX_PROG_CAP_RX_INSIDE);
+	return nx_exit(ctx, nx_fast_inside(ctx));
+}
 
 /* XDP ingress of every outside interface: outside -> inside. */
 SEC("xdp")
-int nx_xdp_outside(struct xdp_md *ctx) { return nx_exit(ctx, nx_fast_outside(ctx)); }
+int nx_xdp_outside(struct xdp_md *ctx)
+{
+	nx_cap_enter(ctx, NX_PROG_CAP_RX_OUTSIDE);
+	return nx_exit(ctx, nx_fast_outside(ctx));
+}
 
-/* The slow path (nx_slow.h), reached by tail call only (nx_progs). */
+/* The slow path (nx_slow.h), reached by tail call only (nx_progs). Its exit goes on to the
+ * capture when the packet is being captured. */
 SEC("xdp")
-int nx_xdp_inside_slow(struct xdp_md *ctx) { return nx_exit(ctx, nx_slow_inside(ctx)); }
+int nx_xdp_inside_slow(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_inside(ctx)); }
 
 SEC("xdp")
-int nx_xdp_outside_slow(struct xdp_md *ctx) { return nx_exit(ctx, nx_slow_outside(ctx)); }
+int nx_xdp_outside_slow(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_outside(ctx)); }
+
+/* The fast path of a packet being captured (nx_cap.h), reached from the capture's filter
+ * stage: the received form kept first, the capture's exit last. */
+SEC("xdp")
+int nx_xdp_inside_cap(struct xdp_md *ctx)
+{
+	nx_cap_rx(ctx);
+	return nx_exit_cap(ctx, nx_fast_inside(ctx));
+}
+
+SEC("xdp")
+int nx_xdp_outside_cap(struct xdp_md *ctx)
+{
+	nx_cap_rx(ctx);
+	return nx_exit_cap(ctx, nx_fast_outside(ctx));
+}
+
+/* The capture's last stage: the record into nx_cap_rb, the packet's verdict returned. */
+SEC("xdp")
+int nx_xdp_cap_emit(struct xdp_md *ctx) { return nx_cap_emit(ctx); }
 
 /* The control program (nx_ctl.h): run by the daemon (BPF_PROG_RUN) on the batch it put in
  * nx_reap_buf: expired candidates to delete, or static forwards to add or remove. */
@@ -130,3 +161,10 @@ enum nx_iface_macs nx_btf_iface_macs SEC(".bss");
 enum nx_frag_sizes nx_btf_frag_sizes SEC(".bss");
 enum nx_reap_op nx_btf_reap_op SEC(".bss");
 enum nx_reap_sizes nx_btf_reap_sizes SEC(".bss");
+struct nx_cap_ctl nx_btf_cap_ctl SEC(".bss");
+struct nx_cap_buf nx_btf_cap_buf SEC(".bss");
+struct nx_cap_rec nx_btf_cap_rec SEC(".bss");
+enum nx_cap_sizes nx_btf_cap_sizes SEC(".bss");
+enum nx_cap_flags nx_btf_cap_flags SEC(".bss");
+enum nx_cap_match nx_btf_cap_match SEC(".bss");
+enum nx_prog nx_btf_prog SEC(".bss");

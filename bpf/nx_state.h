@@ -279,17 +279,50 @@ struct {
 	__type(value, struct nx_scratch);
 } nx_scratch SEC(".maps");
 
-/* The slow-path programs, reached by tail call from the fast path (nx_fast.h). Not pinned:
- * each load of natrix has its own, pinned by the daemon beside the links as nx_progs
- * (a program array loses its entries when no file or descriptor holds it any more). */
+/* The capture (nx_cap.h), all pinned: a running capture's settings, this CPU's packet in
+ * progress, and the ring the records go to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_cap_ctl);
+} nx_cap_ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_cap_buf);
+} nx_cap_buf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, NX_CAP_RING);
+} nx_cap_rb SEC(".maps");
+
+/* The programs reached by tail call: the slow path's, from the fast path (nx_fast.h), and
+ * the capture's (nx_cap.h). Not pinned by the loader: each load of natrix has its own,
+ * pinned by the daemon beside the links as nx_progs (a program array loses its entries
+ * when no file or descriptor holds it any more). The capture's filter stages
+ * (NX_PROG_CAP_RX_*, NX_PROG_CAP_TX) are generated and put in place by `natrix capture`;
+ * empty, they make the capture's entry a tail call that falls through. */
 enum nx_prog {
 	NX_PROG_INSIDE_SLOW = 0,
 	NX_PROG_OUTSIDE_SLOW,
+	NX_PROG_INSIDE_CAP, /* the fast path of a packet being captured */
+	NX_PROG_OUTSIDE_CAP,
+	NX_PROG_CAP_EMIT,      /* the record into nx_cap_rb */
+	NX_PROG_CAP_RX_INSIDE, /* generated: the filter on the received form, then *_CAP */
+	NX_PROG_CAP_RX_OUTSIDE,
+	NX_PROG_CAP_TX, /* generated: the filter on the sent form, then CAP_EMIT */
 	NX_PROG_COUNT,
 };
 
 int nx_xdp_inside_slow(struct xdp_md *ctx);
 int nx_xdp_outside_slow(struct xdp_md *ctx);
+int nx_xdp_inside_cap(struct xdp_md *ctx);
+int nx_xdp_outside_cap(struct xdp_md *ctx);
+int nx_xdp_cap_emit(struct xdp_md *ctx);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
@@ -301,6 +334,9 @@ struct {
 	{
 	    [NX_PROG_INSIDE_SLOW] = (void *)&nx_xdp_inside_slow,
 	    [NX_PROG_OUTSIDE_SLOW] = (void *)&nx_xdp_outside_slow,
+	    [NX_PROG_INSIDE_CAP] = (void *)&nx_xdp_inside_cap,
+	    [NX_PROG_OUTSIDE_CAP] = (void *)&nx_xdp_outside_cap,
+	    [NX_PROG_CAP_EMIT] = (void *)&nx_xdp_cap_emit,
 	},
 };
 

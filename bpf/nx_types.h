@@ -672,6 +672,75 @@ struct nx_reap_args {
 	};
 };
 
+/* ---- Capture (nx_cap.h; src/capture, `natrix capture`) ---------------------------------
+ * While a capture runs, every packet of natrix's interfaces takes a detour through tail
+ * calls: the capture's filter on the received form, the fast path as usual (a copy of it
+ * that keeps the received form), the filter again on the sent form, and nx_xdp_cap_emit,
+ * which hands both forms and the verdict to the ring nx_cap_rb. Idle, the detour costs the
+ * entry programs one tail call into an empty slot. */
+enum nx_cap_sizes {
+	NX_CAP_SNAP_MAX = 9216, /* bytes of one form a record holds at most (NX_FRAG_HOLD_MAX) */
+	NX_CAP_RING = 8 << 20,	/* nx_cap_rb's size in bytes */
+	NX_CAP_IFACES = 16,	/* interfaces a capture can be limited to (-i) */
+	NX_CAP_HDR_ONLY = 128,	/* --no-pair: bytes of the sent form kept (for the mapping) */
+};
+
+/* nx_cap_ctl.flags */
+enum nx_cap_flags {
+	NX_CAPF_DROPS = 1,   /* --drops: only packets natrix drops */
+	NX_CAPF_NO_PAIR = 2, /* --no-pair: only the received form is written */
+};
+
+/* nx_cap_rec.match: which form the filter matched */
+enum nx_cap_match {
+	NX_CAPM_RX = 1,
+	NX_CAPM_TX = 2,
+};
+
+/* The single entry of map nx_cap_ctl (pinned): the running capture's settings, written by
+ * `natrix capture` before it fills the filter slots of nx_progs and cleared after. */
+struct nx_cap_ctl {
+	__u32 owner; /* pid of the capture; 0: none */
+	__u32 flags; /* enum nx_cap_flags */
+	__u32 snap;  /* bytes of each form to keep, 1 .. NX_CAP_SNAP_MAX */
+	__u32 nif;   /* interfaces in ifindex[]; 0: all of natrix's */
+	__u32 ifindex[NX_CAP_IFACES];
+};
+
+/* One packet in the ring nx_cap_rb: this header, rx_cap bytes of the received form, then
+ * tx_cap bytes of the sent form (none when dropped). */
+struct nx_cap_rec {
+	__u64 tai_ns;	  /* received, CLOCK_TAI */
+	__u64 id;	  /* packet id: CPU << 56 | that CPU's sequence */
+	__u32 rx_ifindex; /* received on */
+	__u32 tx_ifindex; /* sent on: the redirect's target; the receiving interface for an ICMP
+			   * error natrix sends back and for a packet passed to the kernel */
+	__u32 verdict;	  /* nx_verdict: XDP action << 16 | reason (enum nx_stat) */
+	__u32 rx_len;	  /* the received frame's length */
+	__u32 tx_len;	  /* the sent frame's length; 0 when dropped */
+	__u16 rx_cap;	  /* bytes of the received form that follow */
+	__u16 tx_cap;	  /* bytes of the sent form after those */
+	__u8 match;	  /* enum nx_cap_match */
+	__u8 pad[7];
+};
+nx_static_assert(sizeof(struct nx_cap_rec) == 48, "nx_cap_rec layout");
+
+/* The single entry of per-CPU map nx_cap_buf (pinned): one packet's capture in progress.
+ * rx_snap and tx_snap are written by the generated filter stages (src/capture/stage.rs),
+ * at their offsets in this struct. */
+struct nx_cap_buf {
+	__u32 armed;	  /* this CPU's packet is being captured: its exit goes to the tx stage */
+	__u32 rx_snap;	  /* the filter's answer on the received form: 0 no match */
+	__u32 tx_snap;	  /* ... on the sent form */
+	__u32 verdict;	  /* the packet's verdict, for the stages after its exit */
+	__u64 seq;	  /* packets this CPU captured: the packet ids */
+	__u64 records;	  /* packets handed to the ring */
+	__u64 lost;	  /* packets matched that the ring could not take */
+	__u64 stage_fail; /* a tail call of the capture's chain that found its slot empty */
+	struct nx_cap_rec rec;
+	__u8 data[2 * NX_CAP_SNAP_MAX];
+};
+
 /* ---- ABI probe (the syscall program nx_abi_probe; tests only) -------------------------
  * The hash, home and walk functions user space mirrors (src/tables.rs), run by the data
  * plane's own code on the inputs given here: a test (tests/abi.rs) compares them with the

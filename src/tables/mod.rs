@@ -49,7 +49,7 @@ pub use names::{is_drop, proto_name, stat_index, tcp_state_name, STATS};
 pub use ports::{det_word_needed, is_home_word, port_index, port_index_parts, port_index_pidx, port_word_ip};
 
 /// Every pinned map, by the name it has in the BPF object and under the pin directory.
-pub const MAP_NAMES: [&str; 18] = [
+pub const MAP_NAMES: [&str; 21] = [
     "nx_cfg",
     "nx_pool",
     "nx_pool_idx",
@@ -68,6 +68,9 @@ pub const MAP_NAMES: [&str; 18] = [
     "nx_det_nsess",
     "nx_log_rb",
     "nx_block_time",
+    "nx_cap_ctl",
+    "nx_cap_buf",
+    "nx_cap_rb",
 ];
 
 #[derive(Debug, Error)]
