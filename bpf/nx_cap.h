@@ -118,7 +118,7 @@ static __always_inline int nx_cap_selected(struct nx_cap_ctl *c, __u32 ifindex)
 }
 
 /* The end of the chain: if the filter matched either form (and --drops and -i agree), the
- * record into the ring; the packet's verdict. */
+ * record into the ring; the action of the packet's verdict, which nx_exit_cap counted. */
 static __always_inline int nx_cap_emit(struct xdp_md *ctx)
 {
 	struct nx_cap_buf *b = nx_cap_buf_get();
@@ -128,8 +128,8 @@ static __always_inline int nx_cap_emit(struct xdp_md *ctx)
 	nx_verdict v;
 	int rx_sel, tx_sel;
 
-	if (!b)
-		return XDP_ABORTED; /* cannot happen: a one-entry array */
+	if (!b) /* cannot happen: a one-entry array */
+		return nx_exit(ctx, nx_drop(NX_DROP_INTERNAL));
 	v = b->verdict;
 	act = NX_VERDICT_ACT(v);
 	why = NX_VERDICT_WHY(v);
@@ -153,7 +153,7 @@ static __always_inline int nx_cap_emit(struct xdp_md *ctx)
 
 	b->rec.verdict = v;
 	b->rec.tx_ifindex = tx_if;
-	b->rec.match = (b->rx_snap ? NX_CAPM_RX : 0) | (b->tx_snap ? NX_CAPM_TX : 0);
+	b->rec.matched = (b->rx_snap ? NX_CAPM_RX : 0) | (b->tx_snap ? NX_CAPM_TX : 0);
 	b->rec.tx_len = 0;
 	b->rec.tx_cap = 0;
 	rx_cap = b->rec.rx_cap;
@@ -172,7 +172,7 @@ static __always_inline int nx_cap_emit(struct xdp_md *ctx)
 	if (size > sizeof(b->rec) + 2 * NX_CAP_SNAP_MAX)
 		return act;
 	if (bpf_ringbuf_output(&nx_cap_rb, &b->rec, size, 0))
-		b->lost++;
+		b->lost += rx_sel + (tx_sel && !(c->flags & NX_CAPF_NO_PAIR));
 	else
 		b->records++;
 	return act;

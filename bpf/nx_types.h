@@ -691,7 +691,7 @@ enum nx_cap_flags {
 	NX_CAPF_NO_PAIR = 2, /* --no-pair: only the received form is written */
 };
 
-/* nx_cap_rec.match: which form the filter matched */
+/* nx_cap_rec.matched: which form the filter matched */
 enum nx_cap_match {
 	NX_CAPM_RX = 1,
 	NX_CAPM_TX = 2,
@@ -720,7 +720,7 @@ struct nx_cap_rec {
 	__u32 tx_len;	  /* the sent frame's length; 0 when dropped */
 	__u16 rx_cap;	  /* bytes of the received form that follow */
 	__u16 tx_cap;	  /* bytes of the sent form after those */
-	__u8 match;	  /* enum nx_cap_match */
+	__u8 matched;	  /* enum nx_cap_match */
 	__u8 pad[7];
 };
 nx_static_assert(sizeof(struct nx_cap_rec) == 48, "nx_cap_rec layout");
@@ -735,7 +735,7 @@ struct nx_cap_buf {
 	__u32 verdict;	  /* the packet's verdict, for the stages after its exit */
 	__u64 seq;	  /* packets this CPU captured: the packet ids */
 	__u64 records;	  /* packets handed to the ring */
-	__u64 lost;	  /* packets matched that the ring could not take */
+	__u64 lost;	  /* records (forms) of packets the ring could not take */
 	__u64 stage_fail; /* a tail call of the capture's chain that found its slot empty */
 	struct nx_cap_rec rec;
 	__u8 data[2 * NX_CAP_SNAP_MAX];

@@ -6,8 +6,9 @@
 //! 32 bits wide).
 
 use crate::skel::types::{
-    nx_abi_probe, nx_clock, nx_config, nx_frag, nx_frag_key, nx_iface, nx_log_ev, nx_lpm_key, nx_map,
-    nx_map_key, nx_pool_run, nx_sess, nx_sess_key, nx_static_map, nx_sub, nx_subnet, nx_udiv, xdp_md,
+    nx_abi_probe, nx_cap_ctl, nx_cap_rec, nx_clock, nx_config, nx_frag, nx_frag_key, nx_iface, nx_log_ev,
+    nx_lpm_key, nx_map, nx_map_key, nx_pool_run, nx_sess, nx_sess_key, nx_static_map, nx_sub, nx_subnet,
+    nx_udiv, xdp_md,
 };
 use crate::skel::types::{
     nx_block_bits, nx_cfg_arrays, nx_config_flags, nx_div_id, nx_fibc_word, nx_filtering, nx_hash_keys,
@@ -95,6 +96,11 @@ plain_old_data! {
         rem_ip: u32, rem_port: u16, pad2: u16, limit: u32, pad3: u32,
     }
     nx_clock { jiffies: u64, mono_ns: u64 }
+    nx_cap_rec {
+        tai_ns: u64, id: u64, rx_ifindex: u32, tx_ifindex: u32, verdict: u32, rx_len: u32, tx_len: u32,
+        rx_cap: u16, tx_cap: u16, matched: u8, pad: [u8; 7],
+    }
+    nx_cap_ctl { owner: u32, flags: u32, snap: u32, nif: u32, ifindex: [u32; 16] }
     nx_abi_probe {
         cfg: nx_config, k0: u64, k1: u64, h: u64, nbkt: u32, nslots: u32, sip: u32, pidx: u32, port: u32,
         first: u32, addr_idx: u32, proto: u32, sk: nx_sess_key, mk: nx_map_key, tab_hash: u64,

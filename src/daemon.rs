@@ -171,6 +171,14 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
                     Err(e) => warn!("installing static forwards: {e}"),
                 }
             }
+            // a capture killed before it could take its stages out (SIGKILL)
+            match crate::capture::session::remove_orphaned(&pin) {
+                Ok(Some(pid)) => {
+                    warn!(pid, "a capture ended without cleaning up (killed?): its stages removed")
+                }
+                Ok(None) => {}
+                Err(e) => warn!("looking for a killed capture: {e}"),
+            }
             next = Instant::now() + every;
         }
         // Waits for early fragments (or the next sweep); while some are held, look for

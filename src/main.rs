@@ -73,6 +73,37 @@ enum Cmd {
         #[arg(long, default_value = DEFAULT_PIN)]
         pin: PathBuf,
     },
+    /// Capture packets from the XDP fast path into pcapng: each packet as received and as
+    /// sent, with its verdict and reason (exit 2: bad filter or flags).
+    Capture {
+        /// Only this interface of natrix's (repeatable; default: all of them).
+        #[arg(short = 'i', value_name = "IFACE")]
+        iface: Vec<String>,
+        /// Stop after COUNT records.
+        #[arg(short = 'c', value_name = "COUNT")]
+        count: Option<u64>,
+        /// Stop after SECONDS.
+        #[arg(short = 'G', value_name = "SECONDS")]
+        seconds: Option<f64>,
+        /// Bytes of each packet to keep (default and 0: the whole packet; 128: headers).
+        #[arg(short = 's', value_name = "SNAPLEN", default_value_t = 0)]
+        snaplen: u32,
+        /// Only packets natrix drops, with their reason.
+        #[arg(long)]
+        drops: bool,
+        /// Only the received form of each packet.
+        #[arg(long)]
+        no_pair: bool,
+        /// Where the pcapng goes: a file, or - for standard output.
+        #[arg(short = 'w', value_name = "FILE")]
+        write: PathBuf,
+        /// Pin directory (daemon.pin_path of the config).
+        #[arg(long, default_value = DEFAULT_PIN)]
+        pin: PathBuf,
+        /// A tcpdump/libpcap filter expression (default: every packet).
+        #[arg(value_name = "FILTER", trailing_var_arg = true, allow_hyphen_values = true)]
+        filter: Vec<String>,
+    },
     /// Show counters, drops by reason, and table occupancy.
     Stats {
         #[arg(long)]
@@ -159,6 +190,27 @@ fn main() -> ExitCode {
         Cmd::Lookup { outside, proto, at, json, pin } => {
             return lookup_cmd(&lookup::Query { outside, proto, at }, json, &pin);
         }
+        Cmd::Capture { iface, count, seconds, snaplen, drops, no_pair, write, pin, filter } => {
+            return capture_cmd(
+                natrix::capture::Options {
+                    pin,
+                    ifaces: iface,
+                    count,
+                    duration: match seconds {
+                        Some(s) if !(s.is_finite() && s > 0.0) => {
+                            eprintln!("natrix capture: -G {s}: a positive number of seconds");
+                            return ExitCode::from(2);
+                        }
+                        s => s.map(std::time::Duration::from_secs_f64),
+                    },
+                    snaplen,
+                    drops,
+                    no_pair,
+                    filter: filter.join(" "),
+                },
+                &write,
+            );
+        }
         Cmd::Stats { json, pin } => (|| {
             let s = show::stats(&Tables::open_pinned(&pin)?)?;
             if json {
@@ -174,6 +226,49 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("natrix: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `natrix capture`: exit 0 when it ran (its summary on stderr), 2 for a bad filter or
+/// flag, 1 for anything else (another capture running, natrix not loaded).
+fn capture_cmd(opts: natrix::capture::Options, write: &std::path::Path) -> ExitCode {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("natrix capture: cannot handle signal {sig}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let ready = |names: &[String]| eprintln!("natrix capture: listening on {}", names.join(", "));
+    let res = if write == std::path::Path::new("-") {
+        natrix::capture::run(&opts, std::io::BufWriter::new(std::io::stdout().lock()), &stop, ready)
+    } else {
+        match std::fs::File::create(write) {
+            Ok(f) => natrix::capture::run(&opts, std::io::BufWriter::new(f), &stop, ready),
+            Err(e) => {
+                eprintln!("natrix capture: {}: {e}", write.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    match res {
+        Ok(s) => {
+            eprintln!("natrix capture: {} records written, {} records lost", s.written, s.lost);
+            if s.stage_fail > 0 {
+                eprintln!(
+                    "natrix capture: {} packets went past the capture while natrix was reloaded",
+                    s.stage_fail
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("natrix capture: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

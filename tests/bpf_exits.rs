@@ -46,15 +46,30 @@ fn every_xdp_program_leaves_through_nx_exit() {
             let close = rest[open..].find('}').expect("expected the body's end") + open;
             let head = rest[..open].trim();
             let body = rest[open + 1..close].trim();
+            // the capture's entry step (nx_cap.h) may come first; the capture bodies and
+            // the slow path leave through nx_exit_cap (nx_exit's count, then the capture's
+            // stage); the capture's last stage returns the verdict nx_exit_cap counted
+            let body = body
+                .strip_prefix("nx_cap_enter(ctx, NX_PROG_CAP_RX_INSIDE);")
+                .or_else(|| body.strip_prefix("nx_cap_enter(ctx, NX_PROG_CAP_RX_OUTSIDE);"))
+                .or_else(|| body.strip_prefix("nx_cap_rx(ctx);"))
+                .unwrap_or(body)
+                .trim();
             assert!(
-                body.starts_with("return nx_exit(ctx, ") && body.matches("return").count() == 1,
-                "{name}: XDP program `{head}` must be one `return nx_exit(ctx, ...)`, is `{body}`"
+                (body.starts_with("return nx_exit(ctx, ")
+                    || body.starts_with("return nx_exit_cap(ctx, ")
+                    || body == "return nx_cap_emit(ctx);")
+                    && body.matches("return").count() == 1,
+                "{name}: XDP program `{head}` must be one `return nx_exit(ctx, ...)` (or nx_exit_cap, nx_cap_emit), is `{body}`"
             );
             programs += 1;
             rest = &rest[close..];
         }
     }
-    assert_eq!(programs, 4, "expected 4 XDP programs (inside, outside and their slow paths)");
+    assert_eq!(
+        programs, 7,
+        "expected 7 XDP programs (inside, outside, their slow paths and capture bodies, the capture's emit)"
+    );
 }
 
 #[test]

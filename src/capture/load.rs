@@ -121,21 +121,33 @@ fn load(
 ) -> Result<OwnedFd, LoadError> {
     let (btf, func) = filter_btf()?;
     let info = FuncInfo { insn_off: 0, type_id: func };
-    let mut log = vec![0u8; LOG_SIZE];
-    opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
     // SAFETY: btf is a loaded BTF object.
     opts.prog_btf_fd = unsafe { sys::btf__fd(btf.0) } as u32;
     opts.func_info = (&info as *const FuncInfo).cast();
     opts.func_info_cnt = 1;
     opts.func_info_rec_size = std::mem::size_of::<FuncInfo>() as u32;
+    prog_load(insns, prog_type, opts, FILTER_FUNC, what)
+}
+
+/// BPF_PROG_LOAD of `insns` named `name`: the program, or the kernel's errno with the end
+/// of the verifier's log.
+pub(crate) fn prog_load(
+    insns: &[EbpfInsn],
+    prog_type: sys::bpf_prog_type,
+    mut opts: sys::bpf_prog_load_opts,
+    name: &str,
+    what: &str,
+) -> Result<OwnedFd, LoadError> {
+    let mut log = vec![0u8; LOG_SIZE];
+    opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
     // log level 0 with a buffer: libbpf loads once quietly and, on failure, again with
     // the log on
     opts.log_buf = log.as_mut_ptr().cast::<c_char>();
     opts.log_size = log.len() as u32;
-    let name = CString::new(FILTER_FUNC).expect("no NUL");
+    let name = CString::new(name).map_err(|_| sys_err(format!("{what}: a NUL in the name"), libc::EINVAL))?;
     let lic = CString::new(LICENSE).expect("no NUL");
     // SAFETY: EbpfInsn has struct bpf_insn's layout (checked by a unit test); insns, the
-    // names, the func info and the log buffer outlive the call.
+    // names, the options' pointers and the log buffer outlive the call.
     let fd = unsafe {
         sys::bpf_prog_load(
             prog_type,

@@ -315,7 +315,7 @@ impl Topo {
         p
     }
 
-    fn natrix_in_gw(&self) -> Command {
+    pub fn natrix_in_gw(&self) -> Command {
         use std::os::unix::process::CommandExt;
         let mut c = Command::new("nsenter");
         c.arg(format!("--net=/run/netns/{}", self.gw)).arg(NATRIX).env("NO_COLOR", "1");
