@@ -397,3 +397,58 @@ fn a_killed_capture_is_cleaned_up_by_the_daemon() {
     exchange(&server, &c, out, b"a new capture");
     assert!(again.finish(false).contains("2 records written"));
 }
+
+/// The other sent forms the issue names: a hairpinned packet (translated both ways, out of
+/// the other inside interface: both mappings in its comment), a packet passed to the
+/// kernel (`lan0 kernel`), and an ICMP error natrix generates itself (a new session over
+/// `limits.max_sessions_per_subscriber` = 2 refused: the ICMP error is the sent form, back
+/// out of `lan0`).
+#[test]
+fn hairpin_kernel_and_generated_icmp_forms() {
+    need_tools();
+    let mut t = Topo::new();
+    let mut conf = t.conf();
+    conf.set("limits.max_sessions_per_subscriber", "2");
+    let cfg = t.write_config("natrix.toml", &conf.render());
+    t.start_daemon(&cfg);
+    let server = udp_socket(&t.srv, SocketAddrV4::new(SERVER_IP, 7000), Duration::from_secs(3));
+    let (s2, out2) = udp_mapping(&t.s2, &server);
+    let (s1, out1) = udp_mapping(&t.s1, &server);
+    let in1 = SocketAddrV4::new(SUB1_IP, local_of(&s1).port());
+    let in2 = SocketAddrV4::new(SUB2_IP, local_of(&s2).port());
+    let cap = Capture::start(&t, "forms", &["-G", "6", "host", "100.64.0.2"]);
+    // hairpin: s1's second session, to s2's outside endpoint
+    s1.send_to(b"hairpin", out2).unwrap();
+    let (d, from) = udp_recv(&s2).expect("the hairpinned datagram reached s2");
+    assert_eq!((d.as_slice(), from), (&b"hairpin"[..], out1));
+    // a third session: refused, with natrix's ICMP error
+    s1.send_to(b"one too many", SocketAddrV4::new(SERVER_IP, 7001)).unwrap();
+    // to the gateway itself: passed to the kernel
+    assert!(ping(&t.s1, std::net::Ipv4Addr::new(100, 64, 0, 1), 1) >= 1, "the gateway answers pings");
+    let err = cap.finish(false);
+    let recs = read(&t.dir.join("forms.pcapng"));
+    let by = |iface: &str| recs.iter().filter(|r| r.iface == iface).cloned().collect::<Vec<_>>();
+    let pair_of =
+        |tx: &Rec| recs.iter().find(|r| r.packet_id == tx.packet_id && r.iface.ends_with(" rx")).cloned();
+
+    let hp = by("lan1 tx");
+    assert_eq!(hp.len(), 1, "{err}\n{recs:#?}");
+    let rx = pair_of(&hp[0]).expect("the hairpinned packet's received form");
+    assert_eq!(rx.iface, "lan0 rx");
+    assert_eq!((rx.src.clone(), rx.dst.clone()), (SUB1_IP.to_string(), out2.ip().to_string()));
+    assert_eq!((hp[0].src.clone(), hp[0].dst.clone()), (out1.ip().to_string(), SUB2_IP.to_string()));
+    let both = format!("redirect: redirected; mapping udp {in1} -> {out1}; mapping udp {in2} <- {out2}");
+    assert_eq!((rx.comment.as_str(), hp[0].comment.as_str()), (both.as_str(), both.as_str()));
+
+    let icmp: Vec<Rec> =
+        by("lan0 tx").into_iter().filter(|r| r.comment.starts_with("redirect: icmp_sent")).collect();
+    assert_eq!(icmp.len(), 1, "{recs:#?}");
+    assert_eq!((icmp[0].src.as_str(), icmp[0].dst.as_str()), ("100.64.0.1", SUB1_IP.to_string().as_str()));
+    let rx = pair_of(&icmp[0]).expect("the refused packet's received form");
+    assert_eq!((rx.iface.as_str(), rx.dport.as_str()), ("lan0 rx", "7001"));
+
+    assert!(
+        by("lan0 kernel").iter().any(|r| r.comment == "pass: pass_local" && r.dst == "100.64.0.1"),
+        "the ping to the gateway, passed to the kernel: {recs:#?}"
+    );
+}
