@@ -20,7 +20,7 @@
 #   BENCH_ONLY=capture  only `natrix capture` under load (bench/src/capture.rs): the fast path's
 #                   rate with no capture, a filter matching nothing, one flow, everything;
 #                   records written and lost against frame size and burst length (CAP_ROUNDS
-#                   rounds, default 3; CAP_ARGS: other options of natrix-bench capture);
+#                   rounds, default 5; CAP_ARGS: other options of natrix-bench capture);
 #                   rewrites its own section of docs/PERFORMANCE.md
 #
 # Topology: every gateway has a namespace and a path of its own, all built once and kept
@@ -80,7 +80,7 @@ else
 	LOG_VOLUME_ARGS="--subs 10000 --conns 20 --idle"
 	# natrix capture: 1024 subscribers' 4096 established flows; frame sizes 64-1500, bursts of
 	# 64 to 256k packets (bench/src/capture.rs has the defaults)
-	CAP_ROUNDS=${CAP_ROUNDS:-3} CAP_ARGS=${CAP_ARGS:-"--duration 1"}
+	CAP_ROUNDS=${CAP_ROUNDS:-5} CAP_ARGS=${CAP_ARGS:-"--duration 1"}
 fi
 NATRIX_REF=${NATRIX_REF:-}
 BENCH_ONLY=${BENCH_ONLY:-}

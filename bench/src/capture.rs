@@ -330,6 +330,45 @@ fn interrupts() -> BTreeMap<String, Vec<u64>> {
         .collect()
 }
 
+/// The CPU this thread runs on (scripts/bench.sh pins it).
+fn this_cpu() -> Option<usize> {
+    // SAFETY: plain getter.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}
+
+/// Per-CPU time from /proc/stat, in clock ticks: user, nice, system, idle, iowait, irq,
+/// softirq, steal.
+fn cpu_times() -> Vec<Vec<u64>> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| l.split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect())
+        .collect()
+}
+
+/// What each CPU did between two `cpu_times`, by kind, in seconds.
+fn cpu_delta(a: &[Vec<u64>], b: &[Vec<u64>]) -> serde_json::Value {
+    // SAFETY: plain getter.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"];
+    b.iter()
+        .enumerate()
+        .map(|(i, v1)| {
+            let v0 = a.get(i).cloned().unwrap_or_default();
+            let m: serde_json::Map<String, serde_json::Value> = names
+                .iter()
+                .enumerate()
+                .map(|(k, n)| {
+                    let d = v1.get(k).unwrap_or(&0).saturating_sub(*v0.get(k).unwrap_or(&0));
+                    ((*n).to_string(), json!(d as f64 / hz))
+                })
+                .collect();
+            serde_json::Value::Object(m)
+        })
+        .collect()
+}
+
 fn irq_delta(a: &BTreeMap<String, Vec<u64>>, b: &BTreeMap<String, Vec<u64>>) -> serde_json::Value {
     let mut m = serde_json::Map::new();
     for (k, v1) in b {
@@ -433,6 +472,7 @@ impl Bench<'_> {
         std::thread::sleep(Duration::from_millis(50));
         let (p0, b0) = sink_count(&self.sink)?;
         let irq0 = interrupts();
+        let cpu0 = cpu_times();
         let gen = self.g.run(count, duration.map(Duration::from_secs_f64), None)?;
         match count {
             // a burst: until the sink has it all (or 300 ms)
@@ -442,6 +482,7 @@ impl Bench<'_> {
             None => std::thread::sleep(Duration::from_millis(50)),
         }
         let irq = irq_delta(&irq0, &interrupts());
+        let cpus = cpu_delta(&cpu0, &cpu_times());
         let (p1, b1) = sink_count(&self.sink)?;
         let w = Window { gen, received: p1 - p0, bytes: b1 - b0 };
         let sum = match cap {
@@ -473,6 +514,11 @@ impl Bench<'_> {
             "written_per_sec": sum.as_ref().map(|s| s.written as f64 / secs),
             // interrupts by CPU over the traffic (and the wait for the sink after it)
             "irq": irq,
+            // each CPU's time by kind over the same span (steal: the hypervisor's)
+            "cpus": cpus,
+            // the CPU the generator runs on, and natrix and the sink with it (inline)
+            "path_cpu": this_cpu(),
+            "duration": duration,
         });
         Ok(rec)
     }
@@ -505,6 +551,13 @@ fn line(r: &serde_json::Value) -> String {
             c["cpu_secs"].as_f64().unwrap_or(0.0)
         );
     }
+    let c0 = &r["cpus"][r["path_cpu"].as_u64().unwrap_or(0) as usize];
+    let busy = ["system", "irq", "softirq"].iter().map(|k| c0[*k].as_f64().unwrap_or(0.0)).sum::<f64>();
+    s += &format!(
+        "; path CPU {:.0} ns/packet (others took {:.2} s of it)",
+        busy * 1e9 / r["received"].as_f64().unwrap_or(1.0).max(1.0),
+        c0["user"].as_f64().unwrap_or(0.0) + c0["nice"].as_f64().unwrap_or(0.0)
+    );
     if let Some(ns) = r["prog_ns"].as_f64() {
         s += &format!("; natrix's program {ns:.0} ns/packet");
     }
