@@ -19,6 +19,7 @@ use common::netns::*;
 use common::wire::*;
 
 fn need_tools() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
     assert!(unsafe { libc::geteuid() } == 0, "these tests need root (network namespaces, BPF)");
     let ok = Command::new("tshark").arg("-v").output().map(|o| o.status.success()).unwrap_or(false);
     assert!(ok, "tshark is needed to read the captures (apt-get install tshark; `make test` installs it)");
