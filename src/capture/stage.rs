@@ -9,6 +9,7 @@
 //!              r7 = nx_cap_filter(ctx)             the filter, a BPF function (appended)
 //!              b = nx_cap_buf[0]  (this CPU's)
 //!              if b: b->{rx,tx}_snap = r7
+//!              (tx stage: neither form matched → return the verdict's action)
 //!              tail call nx_progs[next]            the capture body, or nx_xdp_cap_emit
 //!              b->stage_fail++                     (only if that slot is empty)
 //!              return the packet's verdict (tx stage) / XDP_PASS (rx stage)
@@ -102,6 +103,7 @@ pub fn stage_insns(stage: Stage, filter: &[EbpfInsn], buf_fd: i32, progs_fd: i32
     });
     let fail = off_of(std::mem::offset_of!(nx_cap_buf, stage_fail));
     let verdict = off_of(std::mem::offset_of!(nx_cap_buf, verdict));
+    let rx_answer = off_of(std::mem::offset_of!(nx_cap_buf, rx_snap));
     let mut p = vec![
         i(0xbf, R6, R1, 0, 0),         // r6 = ctx
         i(0x85, 0, PSEUDO_CALL, 0, 0), // call the filter (offset set below)
@@ -114,19 +116,39 @@ pub fn stage_insns(stage: Stage, filter: &[EbpfInsn], buf_fd: i32, progs_fd: i32
         i(0x07, R2, 0, 0, -4),                  // r2 += -4
         i(0x85, 0, 0, 0, FUNC_MAP_LOOKUP_ELEM), // r0 = this CPU's nx_cap_buf
         i(0xbf, R8, R0, 0, 0),                  // r8 = r0
-        i(0x15, R0, 0, 1, 0),                   // if r0 == 0 skip the store
-        i(0x63, R0, R7, answer, 0),             // b->*_snap = answer
-        i(0xbf, R1, R6, 0, 0),                  // r1 = ctx
     ]);
+    // "if r0 == 0 goto tail", its offset set once the tail's place is known
+    let null_check = p.len();
+    p.push(i(0x15, R0, 0, 0, 0));
+    p.push(i(0x63, R0, R7, answer, 0)); // b->*_snap = answer
+    if stage == Stage::Tx {
+        // Neither form matched (most packets of a narrow filter): the packet's action now,
+        // without the emit stage's tail call and lookups.
+        p.extend([
+            i(0x55, R7, 0, 5, 0),          // if r7 != 0 goto tail
+            i(0x61, R1, R8, rx_answer, 0), // w1 = b->rx_snap
+            i(0x55, R1, 0, 3, 0),          // if r1 != 0 goto tail
+            i(0x61, R0, R8, verdict, 0),   // w0 = b->verdict
+            i(0x74, R0, 0, 0, 16),         // w0 >>= 16: its XDP action
+            i(0x95, 0, 0, 0, 0),           // exit
+        ]);
+    }
+    let tail = p.len();
+    p[null_check].off = (tail - null_check - 1) as i16;
+    p.push(i(0xbf, R1, R6, 0, 0)); // tail: r1 = ctx
     p.extend(ld_map(R2, progs_fd)); // r2 = &nx_progs
     p.extend([
         i(0xb4, R3, 0, 0, stage.next() as i32), // w3 = next slot
         i(0x85, 0, 0, 0, FUNC_TAIL_CALL),       // tail call: does not return if the slot is filled
         i(0xb4, R0, 0, 0, XDP_PASS),            // w0 = XDP_PASS
-        i(0x15, R8, 0, 0, 0),                   // if r8 == 0 goto exit (offset set below)
-        i(0x79, R1, R8, fail, 0),               // r1 = b->stage_fail
-        i(0x07, R1, 0, 0, 1),                   // r1 += 1
-        i(0x7b, R8, R1, fail, 0),               // b->stage_fail = r1
+    ]);
+    // "if r8 == 0 goto exit", its offset set below
+    let null_check2 = p.len();
+    p.push(i(0x15, R8, 0, 0, 0));
+    p.extend([
+        i(0x79, R1, R8, fail, 0), // r1 = b->stage_fail
+        i(0x07, R1, 0, 0, 1),     // r1 += 1
+        i(0x7b, R8, R1, fail, 0), // b->stage_fail = r1
     ]);
     if stage == Stage::Tx {
         p.extend([
@@ -135,10 +157,7 @@ pub fn stage_insns(stage: Stage, filter: &[EbpfInsn], buf_fd: i32, progs_fd: i32
         ]);
     }
     p.push(i(0x95, 0, 0, 0, 0)); // exit
-                                 // the jump "if r8 == 0 goto exit" must land on the exit
-    let exit = p.len() - 1;
-    let jeq = p.iter().rposition(|x| x.code == 0x15 && x.dst() == R8).expect("the null check");
-    p[jeq].off = (exit - jeq - 1) as i16;
+    p[null_check2].off = (p.len() - 1 - null_check2 - 1) as i16;
     p[1].imm = (p.len() - 2) as i32; // the filter starts right after
     p.extend_from_slice(filter);
     p
