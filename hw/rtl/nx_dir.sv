@@ -173,7 +173,7 @@ module nx_dir #(
 		q_da = {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)};
 		q_sum = 32'd0;
 		for (int i = 0; i < 30; i++)
-			if (i < 2 * int'(q_ihl))
+			if ({1'b0, q_ihl, 1'b0} > 6'(i))
 				q_sum = q_sum + {16'd0, hb(p0_hdr, 14 + 2 * i), hb(p0_hdr, 15 + 2 * i)};
 		q_bip = (p0_len < 16'd34) || (q_ver != 4'd4) || (q_ihl < 4'd5) || (q_tot < q_hlen) ||
 			({16'd0, q_tot} + 32'd14 > {16'd0, p0_len}) ||
@@ -473,10 +473,12 @@ module nx_dir #(
 
 	// activity: set by a translated packet, snapshot-and-clear by the control plane
 	logic [ENTRIES-1:0] act, act_n;
+	logic [$clog2(ENTRIES)-1:0] act_base;
+	assign act_base = {act_idx[$clog2(ENTRIES)-6:0], 5'd0};
 	always_comb begin
 		act_n = act;
 		if (act_snap)
-			act_n[32 * int'(act_idx) +: 32] = 32'd0;
+			act_n[act_base +: 32] = 32'd0;
 		if (s3_valid && x_reason == nx_core_pkg::R_XLATE)
 			act_n[s3_eidx] = 1'b1;
 	end
@@ -486,7 +488,7 @@ module nx_dir #(
 			act_word <= 32'd0;
 		end else begin
 			if (act_snap)
-				act_word <= act[32 * int'(act_idx) +: 32];
+				act_word <= act[act_base +: 32];
 			act <= act_n;
 		end
 	end
@@ -535,16 +537,22 @@ module nx_dir #(
 		end
 	end
 
+	// the bytes of the fields at fixed offsets: MACs (0..11), address (AOFF..AOFF+3)
+	logic [95:0] e_macs;
+	assign e_macs = {e_dmac, e_smac};
+
 	always_comb begin
 		for (int j = 0; j < 8; j++) begin
 			logic [6:0] o;
 			logic [7:0] b;
+			logic [95:0] sm;
+			logic [31:0] sa;
 			o = {ebeat, 3'(j)};
 			b = d_out[8*j +: 8];
-			if (o < 7'd6)
-				b = e_dmac[8 * (5 - int'(o)) +: 8];
-			else if (o < 7'd12)
-				b = e_smac[8 * (11 - int'(o)) +: 8];
+			sm = e_macs >> {7'd11 - o, 3'd0};
+			sa = e_addr >> {7'(AOFF + 3) - o, 3'd0};
+			if (o < 7'd12)
+				b = sm[7:0];
 			else if (o == 7'd22)
 				b = e_ttl;
 			else if (o == 7'd24)
@@ -552,7 +560,7 @@ module nx_dir #(
 			else if (o == 7'd25)
 				b = e_ipc[7:0];
 			else if (o >= 7'(AOFF) && o < 7'(AOFF + 4))
-				b = e_addr[8 * (AOFF + 3 - int'(o)) +: 8];
+				b = sa[7:0];
 			else if (o == e_poff)
 				b = e_port[15:8];
 			else if (o == e_poff + 7'd1)
