@@ -276,8 +276,10 @@ module nx_core #(
 			lock <= 1'b0;
 			own <= 1'b0;
 			pref <= 1'b0;
-		end else if (m_cpu_tvalid && m_cpu_tready) begin
-			if (m_cpu_tlast) begin
+		end else if (m_cpu_tvalid) begin
+			// a beat once offered stays offered until taken: the choice holds from the
+			// first offered beat to the frame's last beat taken
+			if (m_cpu_tready && m_cpu_tlast) begin
 				lock <= 1'b0;
 				pref <= ~sel;
 			end else begin

@@ -471,26 +471,30 @@ module nx_dir #(
 	assign ev_valid = s3_valid;
 	assign ev_reason = x_reason;
 
-	// activity: set by a translated packet, snapshot-and-clear by the control plane
-	logic [ENTRIES-1:0] act, act_n;
-	logic [$clog2(ENTRIES)-1:0] act_base;
-	assign act_base = {act_idx[$clog2(ENTRIES)-6:0], 5'd0};
-	always_comb begin
-		act_n = act;
-		if (act_snap)
-			act_n[act_base +: 32] = 32'd0;
-		if (s3_valid && x_reason == nx_core_pkg::R_XLATE)
-			act_n[s3_eidx] = 1'b1;
+	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
+	// a word; a bit set in the cycle of its word's snapshot stays set. Like the table, not
+	// cleared by reset (zero at configuration).
+	localparam int AWORDS = ENTRIES / 32;
+	localparam int AWL = $clog2(ENTRIES) - 5;
+	logic [31:0] act [0:AWORDS-1];
+	logic act_set;
+	logic [AWL-1:0] act_sw, act_aw;
+	logic [4:0] act_sb;
+	assign act_set = s3_valid && x_reason == nx_core_pkg::R_XLATE;
+	assign act_sw = s3_eidx[$clog2(ENTRIES)-1:5];
+	assign act_sb = s3_eidx[4:0];
+	assign act_aw = act_idx[AWL-1:0];
+	initial begin
+		for (int i = 0; i < AWORDS; i++)
+			act[i] = 32'd0;
 	end
 	always_ff @(posedge clk) begin
-		if (rst) begin
-			act <= '0;
-			act_word <= 32'd0;
-		end else begin
-			if (act_snap)
-				act_word <= act[act_base +: 32];
-			act <= act_n;
+		if (act_snap) begin
+			act_word <= act[act_aw];
+			act[act_aw] <= (act_set && act_sw == act_aw) ? (32'd1 << act_sb) : 32'd0;
 		end
+		if (act_set && !(act_snap && act_sw == act_aw))
+			act[act_sw][act_sb] <= 1'b1;
 	end
 
 	// meta FIFO: {reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff}

@@ -365,6 +365,16 @@ def own_case(name, rnd, n_frames, gap, stall, mixed, sizes, perf=None):
             elif kind == 3:  # an unknown flow
                 g = Flow(17, SUBS[0], 9, SERVERS[0], 53, POOL + 7, 9)
                 c.frame(d, (g.out_frame if d == 0 else g.in_frame)(rnd, size, ident=k), ("cpu", {"miss"}))
+            elif kind == 5 and f.proto == 17:  # no UDP checksum: stays 0
+                pl = bytes(rnd.randrange(256) for _ in range(max(0, size - 42)))
+                if d == 0:
+                    fr = build(MAC_IN0, sub_mac(f.sub), f.sub, f.srv, 17, f.iport, f.rport, pl,
+                               ihl=5, pad_to=size, ident=k, udp_zero_csum=True)
+                else:
+                    fr = build(MAC_OUT0, srv_mac(f.srv), f.srv, f.oip, 17, f.rport, f.oport, pl,
+                               ihl=5, pad_to=size, ident=k, udp_zero_csum=True)
+                assert fr[40:42] == b"\0\0"
+                c.frame(d, fr, ("xlate", mx(fr)))
             elif kind == 4:  # a tiny frame, not IPv4
                 fr = bytes([0xff] * 6) + b"\x02\0\0\0\0\x01" + b"\x08\x06" + bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 40)))
                 c.frame(d, fr, ("cpu", {"not_for_us", "not_ipv4"}))
