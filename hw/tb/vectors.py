@@ -387,6 +387,34 @@ def own_case(name, rnd, n_frames, gap, stall, mixed, sizes, perf=None):
     return c, tab
 
 
+def disabled_then_enabled(rnd):
+    """CTRL.enable 0 (after reset): every frame to the CPU with reason disabled; the same
+    flow's frames translated once enabled; the CPU port carries both directions."""
+    c = Case("own/disabled_then_enabled", "own")
+    c.lines.append("reset")
+    seed = rnd.getrandbits(32)
+    configure(c, BASE_CFG, seed, None)
+    c.w(REG_CTRL, 0)
+    tab = Table(seed)
+    fl = flows(rnd, 6)
+    for f in fl:
+        f.install(c, tab)
+    c.lines.append("mode 0 20 %x" % (rnd.getrandbits(31) | 1))
+    for k in range(30):
+        for d in (0, 1):
+            f = fl[k % len(fl)]
+            c.frame(d, (f.out_frame if d == 0 else f.in_frame)(rnd, 64, ident=k), ("cpu", {"disabled"}))
+    c.lines.append("sync")
+    c.w(REG_CTRL, 1)
+    for k in range(30):
+        for d in (0, 1):
+            f = fl[k % len(fl)]
+            fr = (f.out_frame if d == 0 else f.in_frame)(rnd, 64, ident=k)
+            c.frame(d, fr, ("xlate", (f.out_x if d == 0 else f.in_x)(fr)))
+    c.lines.append("sync")
+    return c, tab
+
+
 def writes_during_traffic(rnd):
     """Flows A (installed throughout), B (installed while its frames flow: each frame either
     to the CPU as a miss or translated, never anything else, and once translated always),
@@ -506,10 +534,15 @@ def check(c, out, tab):
             if a in cnt and cnt[a] != tally[(d, r)]:
                 fails.append("counter dir %d %s: %d, frames %d" % (d, REASONS[r], cnt[a], tally[(d, r)]))
     acts = [v for a, v in reads if a == REG_ACT_DATA]
-    for (chk, slot), val in zip([x for x in c.checks if x[0] == "act"], acts):
+    for i, (chk, slot) in enumerate([x for x in c.checks if x[0] == "act"]):
         d, b, way = slot
-        if not (val >> ((b * WAYS + way) % 32)) & 1:
+        if 2 * i + 1 >= len(acts):
+            fails.append("activity not read")
+            break
+        if not (acts[2 * i] >> ((b * WAYS + way) % 32)) & 1:
             fails.append("activity bit of dir %d bucket %d way %d not set" % slot)
+        if acts[2 * i + 1] != 0:
+            fails.append("activity word of dir %d bucket %d way %d not cleared by its snapshot" % slot)
     if c.perf:
         n, limit = c.perf
         if not syncs:
@@ -529,6 +562,8 @@ def finish(c, tab):
     for chk in c.checks:
         d, b, way = chk[1]
         c.w(REG_ACT_SNAP, d << 31 | ((b * WAYS + way) // 32))
+        c.r(REG_ACT_DATA)
+        c.w(REG_ACT_SNAP, d << 31 | ((b * WAYS + way) // 32))  # cleared by the snapshot
         c.r(REG_ACT_DATA)
     tab.clear(c)
 
@@ -556,6 +591,7 @@ def main():
     cases.append(own_case("output_stalls_heavy", rnd, 200, 0, 80, True, [60, 64, 200, 1514]))
     cases.append(own_case("input_gaps_heavy", rnd, 200, 80, 0, True, [60, 64, 200, 9000]))
     cases.append(writes_during_traffic(rnd))
+    cases.append(disabled_then_enabled(rnd))
     script = []
     for c, tab in cases:
         finish(c, tab)
