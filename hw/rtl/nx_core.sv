@@ -86,7 +86,11 @@ module nx_core #(
 	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
 	logic [NH*32-1:0] nh_addr, nh_mask;
 	logic [NH*48-1:0] nh_dmac, nh_smac;
-	logic [1:0] tw_en;
+	logic [1:0] tw_en, tr_en;
+	logic tr_dir;
+	logic [3:0] tr_way;
+	logic [WAYS*EW-1:0] tr_data [0:1];
+	logic [EW-1:0] rb;
 	logic [3:0] tw_way;
 	logic [BLOG2-1:0] tw_bucket;
 	logic [1:0] act_snap;
@@ -111,6 +115,7 @@ module nx_core #(
 
 	always_ff @(posedge clk) begin
 		tw_en <= 2'b00;
+		tr_en <= 2'b00;
 		act_snap <= 2'b00;
 		if (rst) begin
 			s_axil_bvalid <= 1'b0;
@@ -154,6 +159,12 @@ module nx_core #(
 					tw_way <= wd[27:24];
 					tw_bucket <= wd[BLOG2-1:0];
 				end
+				12'h060: begin
+					tr_en <= wd[31] ? 2'b10 : 2'b01;
+					tr_dir <= wd[31];
+					tr_way <= wd[27:24];
+					tw_bucket <= wd[BLOG2-1:0];
+				end
 				12'h080: n_addr <= wd;
 				12'h084: n_mask <= wd;
 				12'h088: n_dmac[47:32] <= wd[15:0];
@@ -194,10 +205,17 @@ module nx_core #(
 				12'h028: s_axil_rdata <= {16'd0, r_mtu_out};
 				12'h02c: s_axil_rdata <= {16'd0, r_mtu_in};
 				12'h030: s_axil_rdata <= r_seed;
+				12'h064: s_axil_rdata <= rb[35:4];
+				12'h068: s_axil_rdata <= {16'd0, rb[51:36]};
+				12'h06c: s_axil_rdata <= rb[83:52];
+				12'h070: s_axil_rdata <= {16'd0, rb[99:84]};
+				12'h074: s_axil_rdata <= rb[131:100];
+				12'h078: s_axil_rdata <= {16'd0, rb[147:132]};
+				12'h07c: s_axil_rdata <= {28'd0, rb[3:0]};
 				12'h0a4: s_axil_rdata <= act_word[act_dir];
 				default:
-					if (s_axil_araddr[11:9] == 3'b001) // 0x200..0x3ff: counters
-						s_axil_rdata <= cnt[s_axil_araddr[7:2] | {s_axil_araddr[8], 5'd0}];
+					if (s_axil_araddr[11:8] == 4'h2) // 0x200..0x2ff: counters
+						s_axil_rdata <= cnt[s_axil_araddr[7:2]];
 				endcase
 			end
 		end
@@ -211,6 +229,13 @@ module nx_core #(
 					cnt[32 * d + r] <= 32'd0;
 				else if (ev_valid[d] && ev_reason[d] == 5'(r))
 					cnt[32 * d + r] <= cnt[32 * d + r] + 1'b1;
+	end
+
+	always_comb begin
+		rb = '0;
+		for (int w = 0; w < WAYS; w++)
+			if (tr_way == 4'(w))
+				rb = tr_data[tr_dir][EW*w +: EW];
 	end
 
 	wire [EW-1:0] tw_data = {e_xport, e_xaddr, e_rport, e_raddr, e_kport, e_kaddr, e_ctl[3:2], e_ctl[1], e_ctl[0]};
@@ -232,6 +257,7 @@ module nx_core #(
 		.enable(r_enable), .my_mac(r_mac_in), .pool_base(r_pool_base), .pool_mask(r_pool_mask),
 		.mtu(r_mtu_out), .seed(r_seed),
 		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
+		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]),
 		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
 		.act_snap(act_snap[0]), .act_idx, .act_word(act_word[0]),
 		.ev_valid(ev_valid[0]), .ev_reason(ev_reason[0])
@@ -248,6 +274,7 @@ module nx_core #(
 		.enable(r_enable), .my_mac(r_mac_out), .pool_base(r_pool_base), .pool_mask(r_pool_mask),
 		.mtu(r_mtu_in), .seed(r_seed),
 		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
+		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]),
 		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
 		.act_snap(act_snap[1]), .act_idx, .act_word(act_word[1]),
 		.ev_valid(ev_valid[1]), .ev_reason(ev_reason[1])

@@ -60,6 +60,9 @@ module nx_dir #(
 	input  logic [3:0]             tw_way,
 	input  logic [BLOG2-1:0]       tw_bucket,
 	input  logic [nx_core_pkg::EW-1:0] tw_data,
+	input  logic                   tr_en,      // read a bucket back (the control plane's port)
+	input  logic [BLOG2-1:0]       tr_bucket,
+	output logic [WAYS*nx_core_pkg::EW-1:0] tr_data,
 
 	input  logic [NH-1:0]    nh_valid,
 	input  logic [NH*32-1:0] nh_addr,
@@ -273,10 +276,15 @@ module nx_dir #(
 				for (int i = 0; i < BUCKETS; i++)
 					mem[i] = '0;
 			end
+			// port A: the lookup's read; port B: the control plane's write or read back
+			always_ff @(posedge clk) begin
+				rd[gw] <= mem[s1_bucket];
+			end
 			always_ff @(posedge clk) begin
 				if (tw_en && tw_way == 4'(gw))
 					mem[tw_bucket] <= tw_data;
-				rd[gw] <= mem[s1_bucket];
+				else if (tr_en)
+					tr_data[EW*gw +: EW] <= mem[tr_bucket];
 			end
 		end
 	endgenerate

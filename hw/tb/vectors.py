@@ -543,6 +543,11 @@ def check(c, out, tab):
             fails.append("activity bit of dir %d bucket %d way %d not set" % slot)
         if acts[2 * i + 1] != 0:
             fails.append("activity word of dir %d bucket %d way %d not cleared by its snapshot" % slot)
+    rbs = [v for a, v in reads if 0x64 <= a < 0x80]
+    for i, (slot, want) in enumerate(getattr(c, "rbexp", [])):
+        got = rbs[7 * i:7 * i + 7]
+        if got != want:
+            fails.append("entry dir %d bucket %d way %d reads back %s, written %s" % (slot + (got, want)))
     if c.perf:
         n, limit = c.perf
         if not syncs:
@@ -565,7 +570,22 @@ def finish(c, tab):
         c.r(REG_ACT_DATA)
         c.w(REG_ACT_SNAP, d << 31 | ((b * WAYS + way) // 32))  # cleared by the snapshot
         c.r(REG_ACT_DATA)
+    c.rbexp = []
+    for (d, b, way), e in sorted(tab.slots.items()):  # every entry reads back as written
+        penc, kaddr, kport, rbound, raddr, rport, xaddr, xport = e
+        c.w(REG_E_READ, d << 31 | way << 24 | b)
+        for a in range(0x64, 0x80, 4):
+            c.r(a)
+        c.rbexp.append(((d, b, way), [kaddr, kport, raddr, rport, xaddr, xport,
+                                      1 | int(rbound) << 1 | penc << 2]))
+    first = min(tab.slots) if tab.slots else None
     tab.clear(c)
+    if first:  # removed: valid 0 (the daemon writes the whole entry as zeros)
+        d, b, way = first
+        c.w(REG_E_READ, d << 31 | way << 24 | b)
+        for a in range(0x64, 0x80, 4):
+            c.r(a)
+        c.rbexp.append((first, [0] * 7))
 
 
 def main():
