@@ -477,6 +477,7 @@ impl Dataplane {
             Persistence::Private => None,
         };
         let took_over = pin_dir.as_deref().is_some_and(is_pinned);
+        let mut fresh: Vec<String> = Vec::new();
         {
             let m = &mut open.maps;
             let sized: [(&mut libbpf_rs::OpenMapMut<'_>, u32); 14] = [
@@ -508,6 +509,12 @@ impl Dataplane {
                         continue;
                     }
                     let path = dir.join(&name);
+                    if !path.exists() && FRESH_ON_TAKEOVER.contains(&name.as_str()) {
+                        // made by this load, pinned once it is loaded (an upgrade from a
+                        // version without it)
+                        fresh.push(name);
+                        continue;
+                    }
                     if !path.exists() {
                         return Err(DataplaneError::Incompatible {
                             pin: dir.display().to_string(),
@@ -564,19 +571,24 @@ impl Dataplane {
         let skel = open.load().map_err(bpf("loading the BPF programs (verifier)"))?;
         let tables = Tables::from_skel(&skel)?;
         let mut dp = Dataplane { skel, tables, sizes, took_over, persistence };
-        if let (Some(dir), false) = (pin_dir, took_over) {
-            dp.pin_maps(&dir)?;
+        match (pin_dir, took_over) {
+            (Some(dir), false) => dp.pin_maps(&dir, &MAP_NAMES)?,
+            (Some(dir), true) if !fresh.is_empty() => {
+                let names: Vec<&str> = fresh.iter().map(String::as_str).collect();
+                dp.pin_maps(&dir, &names)?;
+            }
+            _ => {}
         }
         Ok(dp)
     }
 
-    fn pin_maps(&mut self, dir: &Path) -> Result<()> {
+    fn pin_maps(&mut self, dir: &Path, names: &[&str]) -> Result<()> {
         std::fs::create_dir_all(dir)
             .map_err(|source| DataplaneError::Io { what: format!("creating {}", dir.display()), source })?;
         use libbpf_rs::skel::Skel;
         for mut map in self.skel.object_mut().maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
-            if MAP_NAMES.contains(&name.as_str()) {
+            if names.contains(&name.as_str()) {
                 map.pin(dir.join(&name)).map_err(bpf(format!("pinning map {name}")))?;
             }
         }
@@ -893,6 +905,11 @@ impl Dataplane {
             .map_err(bpf(format!("pinning the slow path's program array at {}", path.display())))
     }
 }
+
+/// Pinned maps that hold nothing a running data plane needs kept across a takeover (the
+/// capture's): a takeover of a data plane pinned without them (an older version) makes
+/// and pins them instead of refusing.
+pub const FRESH_ON_TAKEOVER: [&str; 3] = ["nx_cap_ctl", "nx_cap_buf", "nx_cap_rb"];
 
 /// The pin of the program array the fast path tail-calls (`nx_progs`), beside the links.
 pub const PROGS_PIN: &str = "nx_progs";

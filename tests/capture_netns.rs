@@ -19,6 +19,7 @@ use common::netns::*;
 use common::wire::*;
 
 fn need_tools() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
     assert!(unsafe { libc::geteuid() } == 0, "these tests need root (network namespaces, BPF)");
     let ok = Command::new("tshark").arg("-v").output().map(|o| o.status.success()).unwrap_or(false);
     assert!(ok, "tshark is needed to read the captures (apt-get install tshark; `make test` installs it)");
@@ -174,17 +175,16 @@ fn read(file: &Path) -> Vec<Rec> {
     parse_tshark(&text)
 }
 
-fn start(t: &mut Topo) {
+/// A gateway with its daemon running the demo configuration, a server socket, and a
+/// subscriber socket (s1) that has a mapping; the mapping's outside endpoint.
+fn running() -> (Topo, std::net::UdpSocket, std::net::UdpSocket, SocketAddrV4) {
+    need_tools();
+    let mut t = Topo::new();
     let cfg = t.write_config("natrix.toml", &t.conf().render());
     t.start_daemon(&cfg);
-}
-
-/// A server socket and a subscriber socket (s1) that has a mapping; the mapping's outside
-/// endpoint.
-fn flow(t: &Topo) -> (std::net::UdpSocket, std::net::UdpSocket, SocketAddrV4) {
     let server = udp_socket(&t.srv, SocketAddrV4::new(SERVER_IP, 7000), Duration::from_secs(3));
     let (c, out) = udp_mapping(&t.s1, &server);
-    (server, c, out)
+    (t, server, c, out)
 }
 
 /// One datagram out and its answer back; the answer must arrive.
@@ -202,10 +202,7 @@ fn exchange(server: &std::net::UdpSocket, c: &std::net::UdpSocket, out: SocketAd
 /// the verdict and the mapping in the comment.
 #[test]
 fn both_forms_of_each_packet_paired_on_both_sides_of_the_nat() {
-    need_tools();
-    let mut t = Topo::new();
-    start(&mut t);
-    let (server, c, out) = flow(&t);
+    let (t, server, c, out) = running();
     let inside = SocketAddrV4::new(SUB1_IP, local_of(&c).port());
     let cap = Capture::start(&t, "pair", &["-c", "4", "-G", "20", "udp", "and", "host", "100.64.0.2"]);
     exchange(&server, &c, out, b"captured");
@@ -248,10 +245,7 @@ fn both_forms_of_each_packet_paired_on_both_sides_of_the_nat() {
 /// exits 2 with libpcap's message and leaves no capture behind.
 #[test]
 fn a_filter_matching_nothing_captures_nothing_and_bad_syntax_exits_2() {
-    need_tools();
-    let mut t = Topo::new();
-    start(&mut t);
-    let (server, c, out) = flow(&t);
+    let (t, server, c, out) = running();
     let cap = Capture::start(&t, "none", &["-G", "3", "host", "192.0.2.99"]);
     for _ in 0..5 {
         exchange(&server, &c, out, b"not captured");
@@ -272,10 +266,7 @@ fn a_filter_matching_nothing_captures_nothing_and_bad_syntax_exits_2() {
 /// --drops: unsolicited packets to the pool are recorded with their reason, and only drops.
 #[test]
 fn drops_records_say_no_mapping() {
-    need_tools();
-    let mut t = Topo::new();
-    start(&mut t);
-    let (server, c, out) = flow(&t);
+    let (t, server, c, out) = running();
     let cap = Capture::start(&t, "drops", &["--drops", "-G", "4"]);
     exchange(&server, &c, out, b"allowed, not a drop");
     let stranger = udp_socket(&t.srv, SocketAddrV4::new(SERVER_IP, 7001), Duration::from_millis(300));
@@ -296,10 +287,7 @@ fn drops_records_say_no_mapping() {
 /// `-w -` streams pcapng that `tshark -r -` reads as it comes; -s 128 keeps 128 bytes.
 #[test]
 fn stdout_piped_into_tshark_and_snaplen() {
-    need_tools();
-    let mut t = Topo::new();
-    start(&mut t);
-    let (server, c, out) = flow(&t);
+    let (t, server, c, out) = running();
     let file = t.dir.join("piped.txt");
     let fields: Vec<String> = FIELDS.iter().flat_map(|f| ["-e".to_owned(), f.to_string()]).collect();
     let script = format!(
@@ -343,10 +331,7 @@ fn stdout_piped_into_tshark_and_snaplen() {
 /// sees it. A second capture while one runs gets a clear error; -i chooses the interface.
 #[test]
 fn captures_with_the_daemon_stopped_one_at_a_time() {
-    need_tools();
-    let mut t = Topo::new();
-    start(&mut t);
-    let (server, c, out) = flow(&t);
+    let (mut t, server, c, out) = running();
     t.stop_daemon(libc::SIGTERM);
     exchange(&server, &c, out, b"no daemon");
     let cap = Capture::start(&t, "nodaemon", &["-i", "wan0", "-G", "20", "-c", "2", "udp"]);
@@ -371,10 +356,7 @@ fn captures_with_the_daemon_stopped_one_at_a_time() {
 /// plane; the daemon's sweep removes them, and traffic never stops meanwhile.
 #[test]
 fn a_killed_capture_is_cleaned_up_by_the_daemon() {
-    need_tools();
-    let mut t = Topo::new();
-    start(&mut t);
-    let (server, c, out) = flow(&t);
+    let (t, server, c, out) = running();
     let mut cap = Capture::start(&t, "killed", &["udp"]);
     let pid = cap.child.as_ref().unwrap().id();
     exchange(&server, &c, out, b"captured, then killed");
