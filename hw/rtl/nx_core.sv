@@ -222,13 +222,20 @@ module nx_core #(
 	end
 
 	// counters: 0x200 + dir * 0x100... laid out as 0x200 + dir * 0x80 + reason * 4
+	// one increment per direction and cycle: one adder each
+	logic [31:0] cnt_inc [0:1];
+	assign cnt_inc[0] = cnt[{1'b0, ev_reason[0]}] + 32'd1;
+	assign cnt_inc[1] = cnt[{1'b1, ev_reason[1]}] + 32'd1;
 	always_ff @(posedge clk) begin
-		for (int d = 0; d < 2; d++)
-			for (int r = 0; r < 32; r++)
-				if (rst)
-					cnt[32 * d + r] <= 32'd0;
-				else if (ev_valid[d] && ev_reason[d] == 5'(r))
-					cnt[32 * d + r] <= cnt[32 * d + r] + 1'b1;
+		if (rst) begin
+			for (int i = 0; i < 64; i++)
+				cnt[i] <= 32'd0;
+		end else begin
+			if (ev_valid[0])
+				cnt[{1'b0, ev_reason[0]}] <= cnt_inc[0];
+			if (ev_valid[1])
+				cnt[{1'b1, ev_reason[1]}] <= cnt_inc[1];
+		end
 	end
 
 	always_comb begin

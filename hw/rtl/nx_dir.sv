@@ -549,7 +549,10 @@ module nx_dir #(
 		end
 	end
 
-	// the bytes of the fields at fixed offsets: MACs (0..11), address (AOFF..AOFF+3)
+	// The patch: each byte of the beat, by its offset in the frame, from the field it falls
+	// in. The MACs, TTL, IP checksum and address sit at fixed offsets (compared with
+	// constants); the port/identifier and the transport checksum follow IHL (compared with
+	// the offsets the parser computed). Beats past the 16th never hold a field.
 	logic [95:0] e_macs;
 	assign e_macs = {e_dmac, e_smac};
 
@@ -557,29 +560,27 @@ module nx_dir #(
 		for (int j = 0; j < 8; j++) begin
 			logic [6:0] o;
 			logic [7:0] b;
-			logic [95:0] sm;
-			logic [31:0] sa;
 			o = {ebeat, 3'(j)};
 			b = d_out[8*j +: 8];
-			sm = e_macs >> {7'd11 - o, 3'd0};
-			sa = e_addr >> {7'(AOFF + 3) - o, 3'd0};
-			if (o < 7'd12)
-				b = sm[7:0];
-			else if (o == 7'd22)
+			for (int k = 0; k < 12; k++)
+				if (o == 7'(k))
+					b = e_macs[8 * (11 - k) +: 8];
+			if (o == 7'd22)
 				b = e_ttl;
-			else if (o == 7'd24)
+			if (o == 7'd24)
 				b = e_ipc[15:8];
-			else if (o == 7'd25)
+			if (o == 7'd25)
 				b = e_ipc[7:0];
-			else if (o >= 7'(AOFF) && o < 7'(AOFF + 4))
-				b = sa[7:0];
-			else if (o == e_poff)
+			for (int k = 0; k < 4; k++)
+				if (o == 7'(AOFF + k))
+					b = e_addr[8 * (3 - k) +: 8];
+			if (o == e_poff)
 				b = e_port[15:8];
-			else if (o == e_poff + 7'd1)
+			if (o == e_poff + 7'd1)
 				b = e_port[7:0];
-			else if (o == e_coff)
+			if (o == e_coff)
 				b = e_l4c[15:8];
-			else if (o == e_coff + 7'd1)
+			if (o == e_coff + 7'd1)
 				b = e_l4c[7:0];
 			e_pdata[8*j +: 8] = b;
 		end
