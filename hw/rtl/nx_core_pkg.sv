@@ -41,16 +41,25 @@ package nx_core_pkg;
 
 	// The bucket hash of (key address, key port, proto) under the seed; the bucket is its
 	// low bits. docs/HARDWARE.md gives it in Python for the daemon.
-	function automatic logic [31:0] nx_hash(input logic [31:0] addr, input logic [15:0] port,
-						 input logic [1:0] proto, input logic [31:0] seed);
-		logic [31:0] a, b, h;
+	// In two halves, one per pipeline stage: nx_hash = nx_hash_b(nx_hash_a(...)).
+	function automatic logic [31:0] nx_hash_a(input logic [31:0] addr, input logic [15:0] port,
+						   input logic [1:0] proto, input logic [31:0] seed);
+		logic [31:0] a, b;
 		a = addr ^ seed;
 		b = {port, 8'h4e, 6'd0, proto};
-		h = a + {b[20:0], b[31:21]};
-		h = h ^ {15'd0, h[31:15]};
+		nx_hash_a = a + {b[20:0], b[31:21]};
+	endfunction
+
+	function automatic logic [31:0] nx_hash_b(input logic [31:0] h1);
+		logic [31:0] h;
+		h = h1 ^ {15'd0, h1[31:15]};
 		h = h + {h[26:0], h[31:27]};
-		h = h ^ {13'd0, h[31:13]};
-		nx_hash = h;
+		nx_hash_b = h ^ {13'd0, h[31:13]};
+	endfunction
+
+	function automatic logic [31:0] nx_hash(input logic [31:0] addr, input logic [15:0] port,
+						 input logic [1:0] proto, input logic [31:0] seed);
+		nx_hash = nx_hash_b(nx_hash_a(addr, port, proto, seed));
 	endfunction
 
 endpackage

@@ -143,10 +143,62 @@ module nx_dir #(
 		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
 	);
 
-	// ---------------- S1: parse ----------------
+	// ---------------- SA: the transport header's position, partial sums ----------------
+	// (the first half of parsing: the IHL-dependent selection of the transport header, the
+	// header checksum's words in eight groups, the hash's first half)
 	function automatic logic [7:0] hb(input logic [HB*8-1:0] h, input int k);
 		hb = h[8*k +: 8];
 	endfunction
+
+	logic [3:0] z_ihl;
+	logic [159:0] z_l4;
+	logic [18:0] z_psum [0:7];
+	logic [15:0] z_kport;
+	logic [1:0] z_penc;
+	always_comb begin
+		z_ihl = p0_hdr[8 * 14 +: 4];
+		z_l4 = '0;
+		for (int i = 5; i < 16; i++)
+			if (z_ihl == 4'(i))
+				z_l4 = p0_hdr[8 * (14 + 4 * i) +: 160];
+		for (int g = 0; g < 8; g++) begin
+			z_psum[g] = 19'd0;
+			for (int i = 4 * g; i < 4 * g + 4 && i < 30; i++)
+				if ({1'b0, z_ihl, 1'b0} > 6'(i))
+					z_psum[g] = z_psum[g] + {3'd0, hb(p0_hdr, 14 + 2 * i), hb(p0_hdr, 15 + 2 * i)};
+		end
+		case (hb(p0_hdr, 23))
+		8'd6: z_penc = nx_core_pkg::P_TCP;
+		8'd17: z_penc = nx_core_pkg::P_UDP;
+		8'd1: z_penc = nx_core_pkg::P_ICMP;
+		default: z_penc = 2'd0;
+		endcase
+		z_kport = z_penc == nx_core_pkg::P_ICMP ? {z_l4[39:32], z_l4[47:40]} :
+			  (DIR == 0 ? {z_l4[7:0], z_l4[15:8]} : {z_l4[23:16], z_l4[31:24]});
+	end
+
+	logic a_valid;
+	logic [HB*8-1:0] a_hdr;   // bytes 0..33 used (the rest is optimised away)
+	logic [15:0] a_len;
+	logic [159:0] a_l4;
+	logic [18:0] a_psum [0:7];
+	logic [31:0] a_h1;
+	always_ff @(posedge clk) begin
+		if (rst)
+			a_valid <= 1'b0;
+		else
+			a_valid <= p0_valid;
+		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
+		a_len <= p0_len;
+		a_l4 <= z_l4;
+		for (int g = 0; g < 8; g++)
+			a_psum[g] <= z_psum[g];
+		a_h1 <= nx_core_pkg::nx_hash_a(DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
+						       : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)},
+					      z_kport, z_penc, seed);
+	end
+
+	// ---------------- S1: parse ----------------
 
 	logic [47:0] q_dmac;
 	logic [15:0] q_etype, q_tot, q_fragw, q_ipc, q_hlen, q_l4len;
@@ -162,29 +214,25 @@ module nx_dir #(
 	logic [31:0] q_hash;
 
 	always_comb begin
-		q_dmac = {hb(p0_hdr, 0), hb(p0_hdr, 1), hb(p0_hdr, 2), hb(p0_hdr, 3), hb(p0_hdr, 4), hb(p0_hdr, 5)};
-		q_etype = {hb(p0_hdr, 12), hb(p0_hdr, 13)};
-		q_ver = p0_hdr[8 * 14 + 4 +: 4];
-		q_ihl = p0_hdr[8 * 14 +: 4];
+		q_dmac = {hb(a_hdr, 0), hb(a_hdr, 1), hb(a_hdr, 2), hb(a_hdr, 3), hb(a_hdr, 4), hb(a_hdr, 5)};
+		q_etype = {hb(a_hdr, 12), hb(a_hdr, 13)};
+		q_ver = a_hdr[8 * 14 + 4 +: 4];
+		q_ihl = a_hdr[8 * 14 +: 4];
 		q_hlen = {10'd0, q_ihl, 2'd0};
-		q_tot = {hb(p0_hdr, 16), hb(p0_hdr, 17)};
-		q_fragw = {hb(p0_hdr, 20), hb(p0_hdr, 21)};
-		q_ttl = hb(p0_hdr, 22);
-		q_proto = hb(p0_hdr, 23);
-		q_ipc = {hb(p0_hdr, 24), hb(p0_hdr, 25)};
-		q_sa = {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)};
-		q_da = {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)};
+		q_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
+		q_fragw = {hb(a_hdr, 20), hb(a_hdr, 21)};
+		q_ttl = hb(a_hdr, 22);
+		q_proto = hb(a_hdr, 23);
+		q_ipc = {hb(a_hdr, 24), hb(a_hdr, 25)};
+		q_sa = {hb(a_hdr, 26), hb(a_hdr, 27), hb(a_hdr, 28), hb(a_hdr, 29)};
+		q_da = {hb(a_hdr, 30), hb(a_hdr, 31), hb(a_hdr, 32), hb(a_hdr, 33)};
 		q_sum = 32'd0;
-		for (int i = 0; i < 30; i++)
-			if ({1'b0, q_ihl, 1'b0} > 6'(i))
-				q_sum = q_sum + {16'd0, hb(p0_hdr, 14 + 2 * i), hb(p0_hdr, 15 + 2 * i)};
-		q_bip = (p0_len < 16'd34) || (q_ver != 4'd4) || (q_ihl < 4'd5) || (q_tot < q_hlen) ||
-			({16'd0, q_tot} + 32'd14 > {16'd0, p0_len}) ||
-			(q_hlen + 16'd14 > p0_len) || (nx_csum_pkg::nx_csum_fold(q_sum) != 16'd0);
-		q_l4 = '0;
-		for (int i = 5; i < 16; i++)
-			if (q_ihl == 4'(i))
-				q_l4 = p0_hdr[8 * (14 + 4 * i) +: 160];
+		for (int g = 0; g < 8; g++)
+			q_sum = q_sum + {13'd0, a_psum[g]};
+		q_bip = (a_len < 16'd34) || (q_ver != 4'd4) || (q_ihl < 4'd5) || (q_tot < q_hlen) ||
+			({16'd0, q_tot} + 32'd14 > {16'd0, a_len}) ||
+			(q_hlen + 16'd14 > a_len);  // and the checksum: S2 folds q_sum
+		q_l4 = a_l4;
 		q_l4off = 7'd14 + {1'b0, q_ihl, 2'd0};
 		q_l4len = q_tot - q_hlen;
 		q_sport = {q_l4[7:0], q_l4[15:8]};
@@ -219,9 +267,7 @@ module nx_dir #(
 		end
 		default: ;
 		endcase
-		q_hash = nx_core_pkg::nx_hash(DIR == 0 ? q_sa : q_da,
-			q_penc == nx_core_pkg::P_ICMP ? q_id : (DIR == 0 ? q_sport : q_dport),
-			q_penc, seed);
+		q_hash = nx_core_pkg::nx_hash_b(a_h1);
 	end
 
 	logic s1_valid;
@@ -232,15 +278,16 @@ module nx_dir #(
 	logic [7:0] s1_ttl8, s1_proto8;
 	logic [6:0] s1_poff, s1_coff;
 	logic [BLOG2-1:0] s1_bucket;
+	logic [31:0] s1_sum;
 
 	always_ff @(posedge clk) begin
 		if (rst)
 			s1_valid <= 1'b0;
 		else
-			s1_valid <= p0_valid;
+			s1_valid <= a_valid;
 		s1_dis <= !enable;
 		s1_nfu <= (q_dmac != my_mac) && !q_dmac[40]; // group addresses are for us (nx_for_us)
-		s1_nip <= (p0_len < 16'd14) || (q_etype != 16'h0800);
+		s1_nip <= (a_len < 16'd14) || (q_etype != 16'h0800);
 		s1_bip <= q_bip;
 		s1_pool <= DIR == 0 ? ((q_da & pool_mask) == pool_base) : ((q_da & pool_mask) != pool_base);
 		s1_ttl <= q_ttl <= 8'd1;
@@ -264,6 +311,7 @@ module nx_dir #(
 		s1_coff <= q_l4off + (q_penc == nx_core_pkg::P_TCP ? 7'd16 :
 				      q_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
 		s1_bucket <= q_hash[BLOG2-1:0];
+		s1_sum <= q_sum;
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
@@ -298,6 +346,7 @@ module nx_dir #(
 	logic [7:0] s2_ttl8, s2_proto8;
 	logic [6:0] s2_poff, s2_coff;
 	logic [BLOG2-1:0] s2_bucket;
+	logic [31:0] s2_sum;
 
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -320,6 +369,7 @@ module nx_dir #(
 		s2_poff <= s1_poff;
 		s2_coff <= s1_coff;
 		s2_bucket <= s1_bucket;
+		s2_sum <= s1_sum;
 	end
 
 	// next-hop lookup: the lowest-numbered valid entry whose prefix holds the address
@@ -389,8 +439,9 @@ module nx_dir #(
 			s3_valid <= 1'b0;
 		else
 			s3_valid <= s2_valid;
-		{s3_dis, s3_nfu, s3_nip, s3_bip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc} <=
-			{s2_dis, s2_nfu, s2_nip, s2_bip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc};
+		{s3_dis, s3_nfu, s3_nip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc} <=
+			{s2_dis, s2_nfu, s2_nip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc};
+		s3_bip <= s2_bip || (nx_csum_pkg::nx_csum_fold(s2_sum) != 16'd0);
 		s3_penc <= s2_penc;
 		s3_kaddr <= s2_kaddr;
 		s3_kport <= s2_kport;
