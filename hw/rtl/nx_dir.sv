@@ -6,11 +6,15 @@
 //   ingress   every beat goes into the data FIFO; the first 96 bytes are captured; at tlast
 //             the header and the frame's length enter the lookup pipeline (one packet per
 //             cycle, so back-to-back frames of any length never wait for it)
-//   S1        parse and validate Ethernet, IPv4 (header checksum over IHL words, lengths,
-//             fragments, TTL), TCP/UDP/ICMP; the key, the bucket hash
-//   S2        the bucket's WAYS entries, read in one access, compared; the outbound next hop
-//   S3        the inbound next hop; the new checksums (bpf/nx_csum.h's sequence, nx_rewrite
-//             then nx_redirect); the reason; the packet's metadata into the meta FIFO
+//   SA        the transport header selected by IHL; the IPv4 header checksum's words in
+//             eight partial sums; the first half of the bucket hash
+//   S1        parse and validate Ethernet, IPv4 (lengths, fragments, TTL), TCP/UDP/ICMP;
+//             the key, the bucket hash
+//   S2        the bucket's WAYS entries, read in one access, compared; the outbound next
+//             hop; the header checksum folded and checked
+//   S3        the inbound next hop; the reason; the checksums' sums
+//   S4, S5    the folds (bpf/nx_csum.h's sequence, nx_rewrite then nx_redirect); the
+//             packet's metadata into the meta FIFO
 //   egress    the data FIFO's beats with the metadata: the translated frame (MACs, TTL,
 //             address, port or identifier, both checksums patched in flight) to m_axis, or
 //             the frame unchanged to the CPU stream with its reason
@@ -467,8 +471,7 @@ module nx_dir #(
 	logic x_found, x_punt, x_in;
 	logic [47:0] x_dmac, x_smac;
 	logic [4:0] x_rrsn, x_reason;
-	logic [31:0] x_dip, x_dport;
-	logic [15:0] x_ipc1, x_ipc2, x_l4c;
+	logic [31:0] x_dip, x_dport, x_tip, x_tl4, x_dttl;
 	logic [7:0] x_ttl;
 
 	always_comb begin
@@ -496,18 +499,15 @@ module nx_dir #(
 		x_rrsn = nh_rsn(x_found, x_punt, x_in);
 
 		// nx_rewrite: the address into the IP checksum, address and port into TCP/UDP's,
-		// the identifier alone into ICMP's; then nx_redirect: the TTL word
+		// the identifier alone into ICMP's; then nx_redirect: the TTL word. Each
+		// nx_csum_apply(sum, diff) = nx_csum_fold(~sum + diff) is split at a register: the
+		// sum here (S3), the fold in S4; the TTL word's apply in S4 and S5.
 		x_dip = nx_csum_pkg::nx_csum_diff4(s3_kaddr, s3_xaddr);
 		x_dport = nx_csum_pkg::nx_csum_diff2(s3_kport, s3_xport);
-		x_ipc1 = nx_csum_pkg::nx_csum_apply(s3_ipc, x_dip);
 		x_ttl = s3_ttl8 - 8'd1;
-		x_ipc2 = nx_csum_pkg::nx_csum_apply(x_ipc1,
-			nx_csum_pkg::nx_csum_diff2({s3_ttl8, s3_proto8}, {x_ttl, s3_proto8}));
-		case (s3_penc)
-		nx_core_pkg::P_TCP: x_l4c = nx_csum_pkg::nx_csum_apply(s3_l4c, x_dip + x_dport);
-		nx_core_pkg::P_UDP: x_l4c = nx_csum_pkg::nx_udp_csum_apply(s3_l4c, x_dip + x_dport);
-		default: x_l4c = nx_csum_pkg::nx_csum_apply(s3_l4c, x_dport);
-		endcase
+		x_tip = {16'd0, ~s3_ipc} + x_dip;
+		x_tl4 = {16'd0, ~s3_l4c} + (s3_penc == nx_core_pkg::P_ICMP ? x_dport : x_dip + x_dport);
+		x_dttl = nx_csum_pkg::nx_csum_diff2({s3_ttl8, s3_proto8}, {x_ttl, s3_proto8});
 
 		if (s3_dis) x_reason = nx_core_pkg::R_DISABLED;
 		else if (s3_nfu) x_reason = nx_core_pkg::R_NOT_FOR_US;
@@ -527,8 +527,86 @@ module nx_dir #(
 		else x_reason = nx_core_pkg::R_XLATE;
 	end
 
-	assign ev_valid = s3_valid;
-	assign ev_reason = x_reason;
+	// S4: the folds
+	logic s4_valid, s4_udp, s4_l4zero;
+	logic [4:0] s4_reason;
+	logic [47:0] s4_dmac, s4_smac;
+	logic [7:0] s4_ttl;
+	logic [31:0] s4_tip, s4_tl4, s4_dttl, s4_xaddr;
+	logic [15:0] s4_xport;
+	logic [6:0] s4_poff, s4_coff;
+	logic [$clog2(ENTRIES)-1:0] s4_eidx;
+	always_ff @(posedge clk) begin
+		if (rst)
+			s4_valid <= 1'b0;
+		else
+			s4_valid <= s3_valid;
+		s4_reason <= x_reason;
+		s4_dmac <= x_dmac;
+		s4_smac <= x_smac;
+		s4_ttl <= x_ttl;
+		s4_tip <= x_tip;
+		s4_tl4 <= x_tl4;
+		s4_dttl <= x_dttl;
+		s4_udp <= s3_penc == nx_core_pkg::P_UDP;
+		s4_l4zero <= s3_l4c == 16'd0;
+		s4_xaddr <= s3_xaddr;
+		s4_xport <= s3_xport;
+		s4_poff <= s3_poff;
+		s4_coff <= s3_coff;
+		s4_eidx <= s3_eidx;
+	end
+
+	logic [15:0] y_ipc1, y_l4;
+	logic [31:0] y_tip2;
+	always_comb begin
+		y_ipc1 = nx_csum_pkg::nx_csum_fold(s4_tip);
+		y_tip2 = {16'd0, ~y_ipc1} + s4_dttl;
+		y_l4 = nx_csum_pkg::nx_csum_fold(s4_tl4);
+	end
+
+	// S5: the TTL word's fold, UDP's rule for 0; the result
+	logic s5_valid, s5_udp, s5_l4zero;
+	logic [4:0] s5_reason;
+	logic [47:0] s5_dmac, s5_smac;
+	logic [7:0] s5_ttl;
+	logic [31:0] s5_tip2, s5_xaddr;
+	logic [15:0] s5_l4r, s5_xport;
+	logic [6:0] s5_poff, s5_coff;
+	logic [$clog2(ENTRIES)-1:0] s5_eidx;
+	always_ff @(posedge clk) begin
+		if (rst)
+			s5_valid <= 1'b0;
+		else
+			s5_valid <= s4_valid;
+		s5_reason <= s4_reason;
+		s5_dmac <= s4_dmac;
+		s5_smac <= s4_smac;
+		s5_ttl <= s4_ttl;
+		s5_tip2 <= y_tip2;
+		s5_l4r <= y_l4;
+		s5_udp <= s4_udp;
+		s5_l4zero <= s4_l4zero;
+		s5_xaddr <= s4_xaddr;
+		s5_xport <= s4_xport;
+		s5_poff <= s4_poff;
+		s5_coff <= s4_coff;
+		s5_eidx <= s4_eidx;
+	end
+
+	logic [15:0] w_ipc2, w_l4c;
+	always_comb begin
+		w_ipc2 = nx_csum_pkg::nx_csum_fold(s5_tip2);
+		if (s5_udp && s5_l4zero)
+			w_l4c = 16'd0;      // nx_udp_csum_apply: no checksum stays none
+		else if (s5_udp && s5_l4r == 16'd0)
+			w_l4c = 16'hffff;   // a computed 0 is sent as 0xffff
+		else
+			w_l4c = s5_l4r;
+	end
+
+	assign ev_valid = s5_valid;
+	assign ev_reason = s5_reason;
 
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
 	// a word; a bit set in the cycle of its word's snapshot stays set. Like the table, not
@@ -539,9 +617,9 @@ module nx_dir #(
 	logic act_set;
 	logic [AWL-1:0] act_sw, act_aw;
 	logic [4:0] act_sb;
-	assign act_set = s3_valid && x_reason == nx_core_pkg::R_XLATE;
-	assign act_sw = s3_eidx[$clog2(ENTRIES)-1:5];
-	assign act_sb = s3_eidx[4:0];
+	assign act_set = s5_valid && s5_reason == nx_core_pkg::R_XLATE;
+	assign act_sw = s5_eidx[$clog2(ENTRIES)-1:5];
+	assign act_sb = s5_eidx[4:0];
 	assign act_aw = act_idx[AWL-1:0];
 	initial begin
 		for (int i = 0; i < AWORDS; i++)
@@ -562,8 +640,8 @@ module nx_dir #(
 	logic [MW-1:0] m_out;
 	logic [MLOG2:0] mlevel;
 	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
-		.clk, .rst, .push(s3_valid),
-		.din({x_reason, x_dmac, x_smac, x_ttl, x_ipc2, s3_xaddr, s3_xport, s3_poff, x_l4c, s3_coff}),
+		.clk, .rst, .push(s5_valid),
+		.din({s5_reason, s5_dmac, s5_smac, s5_ttl, w_ipc2, s5_xaddr, s5_xport, s5_poff, w_l4c, s5_coff}),
 		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
 	);
 
