@@ -415,6 +415,24 @@ def disabled_then_enabled(rnd):
     return c, tab
 
 
+def latency_single_frame(rnd):
+    """One 64-byte frame alone each way: the cycles from its first beat in to its last beat
+    out (store and forward: 8 beats in, the pipeline, 8 beats out), printed."""
+    c = Case("own/latency_single_64B_frame", "own")
+    c.lines.append("reset")
+    seed = rnd.getrandbits(32)
+    configure(c, BASE_CFG, seed, None)
+    tab = Table(seed)
+    f = flows(rnd, 1)[0]
+    f.install(c, tab)
+    c.lines.append("mode 0 0 1")
+    fr = f.out_frame(rnd, 64)
+    c.frame(0, fr, ("xlate", f.out_x(fr)))
+    c.lines.append("sync")
+    c.latency = True
+    return c, tab
+
+
 def writes_during_traffic(rnd):
     """Flows A (installed throughout), B (installed while its frames flow: each frame either
     to the CPU as a miss or translated, never anything else, and once translated always),
@@ -548,6 +566,8 @@ def check(c, out, tab):
         got = rbs[7 * i:7 * i + 7]
         if got != want:
             fails.append("entry dir %d bucket %d way %d reads back %s, written %s" % (slot + (got, want)))
+    if getattr(c, "latency", False) and syncs:
+        c.lat = syncs[-1]
     if c.perf:
         n, limit = c.perf
         if not syncs:
@@ -612,6 +632,7 @@ def main():
     cases.append(own_case("input_gaps_heavy", rnd, 200, 80, 0, True, [60, 64, 200, 9000]))
     cases.append(writes_during_traffic(rnd))
     cases.append(disabled_then_enabled(rnd))
+    cases.append(latency_single_frame(rnd))
     script = []
     for c, tab in cases:
         finish(c, tab)
@@ -653,6 +674,8 @@ def main():
         else:
             passed += 1
             g[0] += 1
+        if getattr(c, "lat", None):
+            print("%s: %d cycles from the first beat in to the last beat out" % (c.name, c.lat))
         if getattr(c, "cpp", None):
             print("%s: %.3f cycles per 64-byte frame per direction, both directions loaded" % (c.name, c.cpp))
     for g, (p, f, nx, nc, nr) in per.items():
