@@ -167,9 +167,10 @@ module nx_dir #(
 				z_l4 = p0_hdr[8 * (14 + 4 * i) +: 160];
 		for (int g = 0; g < 8; g++) begin
 			z_psum[g] = 19'd0;
-			for (int i = 4 * g; i < 4 * g + 4 && i < 30; i++)
-				if ({1'b0, z_ihl, 1'b0} > 6'(i))
-					z_psum[g] = z_psum[g] + {3'd0, hb(p0_hdr, 14 + 2 * i), hb(p0_hdr, 15 + 2 * i)};
+			for (int k = 0; k < 4; k++)
+				if (4 * g + k < 30 && {1'b0, z_ihl, 1'b0} > 6'(4 * g + k))
+					z_psum[g] = z_psum[g] + {3'd0, hb(p0_hdr, 14 + 2 * (4 * g + k)),
+								 hb(p0_hdr, 15 + 2 * (4 * g + k))};
 		end
 		case (hb(p0_hdr, 23))
 		8'd6: z_penc = nx_core_pkg::P_TCP;
