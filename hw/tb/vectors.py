@@ -8,7 +8,9 @@ For a vector: the core is configured as the daemon would for the vectors' topolo
 the hash seed); the setup frames go through the core with an empty table (each must come
 out of the CPU port unchanged: the core translates nothing it has no entry for); then the
 entries the daemon would install for what the setup established (model below) are written
-through AXI4-Lite; then the packet. The rule:
+through AXI4-Lite; the setup frames XDP translated whose flow now has an entry go through
+again and must now be translated, equal to their XDP outputs byte for byte; then the
+packet. The rule for the packet:
 
   - the XDP program translated the packet in the same direction (translated_out inside,
     translated_in outside), an installed entry matches it and it is no TCP SYN/FIN/RST:
@@ -17,7 +19,14 @@ through AXI4-Lite; then the packet. The rule:
     ALLOWED[the XDP reason] (the core never translates what XDP did not, and never drops).
 
 Then the counters (every reason, both directions) must equal what came out, the entry that
-translated must have its activity bit set, and the entries are removed again.
+translated must have its activity bit set (and its word read 0 after the snapshot), every
+entry must read back as written, and the entries are removed again (one read back: zeros).
+
+The core's own cases (back-to-back minimum frames with the throughput measured, tvalid gaps,
+tready stalls, jumbo frames, table writes during traffic, CTRL.enable, latency) take their
+expected outputs from nxmodel.xlate, which is checked against every XDP output above.
+Environment: NX_HW_SIM (the simulator binary), NX_HW_BLOG2 (the table size it was built
+with), NX_HW_SEED (the own cases' random seed).
 
 The daemon model (what would be offloaded after the setup steps): a UDP or ICMP echo
 mapping seen translated outbound gets an outbound entry for any remote (EIM) and, under
