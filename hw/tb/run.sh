@@ -13,6 +13,11 @@ if ! command -v verilator >/dev/null 2>&1; then
 	echo "0 passed, 1 failed"
 	exit 1
 fi
+if ! command -v python3 >/dev/null 2>&1; then
+	echo "cannot run: python3 not installed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
 mkdir -p "$B"
 srcs=""
 for f in $RTL; do srcs="$srcs $HW/rtl/$f"; done
