@@ -445,7 +445,9 @@ def latency_single_frame(rnd):
 def writes_during_traffic(rnd):
     """Flows A (installed throughout), B (installed while its frames flow: each frame either
     to the CPU as a miss or translated, never anything else, and once translated always),
-    C (removed while its frames flow: translated, then misses). B shares A's bucket."""
+    C (removed while its frames flow: translated, then misses), D (its outbound entry
+    rewritten in place with another outside endpoint: the old translation, then the new,
+    never a mix). B shares A's bucket."""
     c = Case("own/table_writes_during_traffic", "own")
     c.lines.append("reset")
     seed = rnd.getrandbits(32)
@@ -458,8 +460,11 @@ def writes_during_traffic(rnd):
         port += 1
     B = Flow(17, SUBS[1], port, SERVERS[1], 53, POOL + 1, 2001)
     C = Flow(17, SUBS[2], 30002, SERVERS[0], 53, POOL + 2, 2002)
+    D = Flow(17, SUBS[3], 30003, SERVERS[1], 53, POOL + 3, 2003)
+    D2 = Flow(17, SUBS[3], 30003, SERVERS[1], 53, POOL + 4, 2004)
     A.install(c, tab)
     sC = C.install(c, tab)
+    sD = D.install(c, tab)
     c.lines.append("mode 10 10 %x" % (rnd.getrandbits(31) | 1))
     for k in range(400):
         for d in (0, 1):
@@ -470,11 +475,18 @@ def writes_during_traffic(rnd):
                     c.frame(d, fr, ("xlate", x))
                 else:
                     c.frame(d, fr, ("either", x, {"miss"}, role))
+            if d == 0:  # D's outbound entry changes its outside endpoint in place
+                fr = D.out_frame(rnd, 64, ident=k)
+                c.frame(d, fr, ("either", D.out_x(fr), set(), "D", D2.out_x(fr)))
     for _ in range(300):   # let traffic run: the writes land in its middle
         c.r(REG_ID)
     B.install(c, tab)
     for s in sC:
         tab.remove(c, s)
+    d0, b0, w0 = sD[0]
+    e = tab.slots[sD[0]]
+    tab.slots[sD[0]] = e[:6] + (D2.oip, D2.oport)
+    write_entry(c, d0, b0, w0, True, e[0], e[1], e[2], e[3], e[4], e[5], D2.oip, D2.oport)
     c.lines.append("sync")
     return c, tab
 
@@ -540,6 +552,10 @@ def check(c, out, tab):
                     oi += 1
                     tally[(d, 0)] += 1
                     got = "x"
+                elif len(exp) > 4 and oi < len(o[d]) and o[d][oi] == exp[4]:
+                    oi += 1
+                    tally[(d, 0)] += 1
+                    got = "c"  # the new translation: "c" as in "changed", after "x" only
                 elif ci < len(cpu[d]) and cpu[d][ci][1] == f and REASONS[cpu[d][ci][0]] in exp[2]:
                     tally[(d, cpu[d][ci][0])] += 1
                     ci += 1
@@ -548,7 +564,7 @@ def check(c, out, tab):
                     fails.append("dir %d: flow %s frame neither translated right nor a miss" % (d, role))
                     continue
                 prev = state.get(role)
-                if prev and prev != got and ((role == "B" and prev == "x") or (role == "C" and prev == "c")):
+                if prev and prev != got and ((role == "B" and prev == "x") or (role in "CD" and prev == "c")):
                     fails.append("dir %d: flow %s went back (%s then %s)" % (d, role, prev, got))
                 state[role] = got
         if oi != len(o[d]) or ci != len(cpu[d]):
