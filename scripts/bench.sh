@@ -17,6 +17,11 @@
 #   BENCH_ONLY=log  only NAT event logging: its per-packet cost (off, on, with session events,
 #                   an A/A control, side by side in BPF_PROG_TEST_RUN; LOG_ROUNDS rounds, default
 #                   15) and its volume for a simulated minute (records and bytes per second)
+#   BENCH_ONLY=capture  only `natrix capture` under load (bench/src/capture.rs): the fast path's
+#                   rate with no capture, a filter matching nothing, one flow, everything;
+#                   records written and lost against frame size and burst length (CAP_ROUNDS
+#                   rounds, default 5; CAP_ARGS: other options of natrix-bench capture);
+#                   rewrites its own section of docs/PERFORMANCE.md
 #
 # Topology: every gateway has a namespace and a path of its own, all built once and kept
 # up, so that the gateways can be measured one right after the other, case by case:
@@ -56,12 +61,14 @@ if ((SMOKE)); then
 	NEWFLOW_TABLE=6000000
 	LOG_COST_ARGS="--sessions 2000 --reps 2 --split 2 --repeat 2000 --new-flows 40 --new-blocks 100"
 	LOG_VOLUME_ARGS="--subs 100 --conns 4 --variants sessions --idle"
+	CAP_ROUNDS=1 CAP_ARGS="--duration 0.3 --subs 64 --flows 256 --sizes 64 --bursts 64,4096 --burst-sizes 64"
 elif ((QUICK)); then
 	ROUNDS=1 DUR=1 SIZES="64 512 1500" GATEWAYS="direct natrix natrixdet nft kernel xdpfwd setupfloor" SCALES="1 1000 100000" PASSES64=1
 	COST_SESSIONS=1000,100000 COST_REPS=3 COST_REPEAT=200000 MANY_FLOWS=65536 SUBS=16384 ALLOC_MAX=4096
 	NEWFLOW_TABLE=10000000
 	LOG_COST_ARGS="--sessions 100000 --reps 3 --repeat 100000 --new-flows 2000 --new-blocks 1000"
 	LOG_VOLUME_ARGS="--subs 10000 --conns 20 --idle"
+	CAP_ROUNDS=1 CAP_ARGS="--duration 0.5 --sizes 64,512,1500 --bursts 256,4096,65536 --burst-sizes 64,1500"
 else
 	ROUNDS=${BENCH_ROUNDS:-5} DUR=1 SIZES="64 128 256 512 1024 1500" GATEWAYS="direct natrix natrixdet nft kernel xdpfwd setupfloor" PASSES64=3
 	SCALES="1 1000 100000 1000000 10000000"
@@ -71,6 +78,9 @@ else
 	# 10,000 subscribers opening 20 connections each in a simulated minute
 	LOG_COST_ARGS="--sessions 1000000 --reps ${LOG_ROUNDS:-15} --repeat 200000 --new-flows 5000 --new-blocks 800"
 	LOG_VOLUME_ARGS="--subs 10000 --conns 20 --idle"
+	# natrix capture: 1024 subscribers' 4096 established flows; frame sizes 64-1500, bursts of
+	# 64 to 256k packets (bench/src/capture.rs has the defaults)
+	CAP_ROUNDS=${CAP_ROUNDS:-5} CAP_ARGS=${CAP_ARGS:-"--duration 1"}
 fi
 NATRIX_REF=${NATRIX_REF:-}
 BENCH_ONLY=${BENCH_ONLY:-}
@@ -78,10 +88,11 @@ if [[ -n $NATRIX_REF ]]; then
 	[[ -x $NATRIX_REF ]] || { echo "bench: NATRIX_REF=$NATRIX_REF is not an executable" >&2; exit 1; }
 	GATEWAYS=${GATEWAYS/natrix /natrix natrixref }
 fi
-[[ -z $BENCH_ONLY || $BENCH_ONLY == newflow || $BENCH_ONLY == cost || $BENCH_ONLY == log ]] ||
-	{ echo "bench: BENCH_ONLY: only 'newflow', 'cost' and 'log' are known" >&2; exit 1; }
-# the log part runs in natrix's namespace, without end-to-end rounds (and without NATRIX_REF)
-[[ $BENCH_ONLY == log ]] && GATEWAYS=natrix ROUNDS=0
+[[ -z $BENCH_ONLY || $BENCH_ONLY == newflow || $BENCH_ONLY == cost || $BENCH_ONLY == log || $BENCH_ONLY == capture ]] ||
+	{ echo "bench: BENCH_ONLY: only 'newflow', 'cost', 'log' and 'capture' are known" >&2; exit 1; }
+# the log and capture parts need natrix's namespace (and its sink) only, no end-to-end
+# rounds (and no NATRIX_REF)
+[[ $BENCH_ONLY == log || $BENCH_ONLY == capture ]] && GATEWAYS=natrix ROUNDS=0
 MAX_SCALE=$(tr ' ' '\n' <<<"$SCALES" | sort -n | tail -1)
 
 mkdir -p "$OUT"
@@ -477,14 +488,44 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 done
 for g in $GATEWAYS; do gateway_down "$g"; done
 
+# capbench: `natrix capture` under load (bench/src/capture.rs), end to end through natrix
+# with the capture beside the daemon on the other CPU; CAP_ROUNDS rounds, each measuring
+# every variant side by side
+capbench() {
+	local r
+	natrix_up natrix 0
+	for r in $(seq 1 "$CAP_ROUNDS"); do
+		say "capture, round $r/$CAP_ROUNDS: fast path by filter, rate by frame size, loss by burst length"
+		# shellcheck disable=SC2086 # the arguments are words
+		if ! in_ns $GEN taskset -c $CPU "$NATRIX_BENCH" capture --dev gnatrix --dst-mac "$(mac "$(gwns natrix)" nxbin)" \
+			--sink-pin "$PIN/sink-natrix" --park-dev nxbpark --natrix-pin "$PIN/natrix" --natrix "$NATRIX" \
+			--netns "$(gwns natrix)" --capture-cpu $DAEMON_CPU --round "$r" --out "$RAW" $CAP_ARGS \
+			2>>"$LOG" | tee -a "$LOG" >&2; then
+			echo "bench: capture round $r failed (see $LOG)" >&2
+			return 1
+		fi
+	done
+	natrix_down natrix
+}
+if [[ -z $BENCH_ONLY || $BENCH_ONLY == capture ]] && ((CAP_ROUNDS > 0)); then
+	capbench
+fi
+
 say "report"
 # a partial run (smoke, one part, or with a reference build) leaves the docs alone
+# (BENCH_ONLY=capture rewrites the capture's own section and plot, nothing else)
 PARTIAL=0
 ((SMOKE)) || [[ -n $BENCH_ONLY || -n $NATRIX_REF ]] && PARTIAL=1
-"$NATRIX_BENCH" report --raw "$RAW" --out "$OUT/results.json" --md "$OUT/results.md" $( ((PARTIAL)) || echo --docs docs/PERFORMANCE.md) | tee -a "$LOG"
-[[ -z $BENCH_ONLY ]] && $PY scripts/plot.py "$OUT/results.json" "$OUT"
+CAPDOCS=0
+! ((SMOKE)) && [[ $BENCH_ONLY == capture ]] && CAPDOCS=1
+"$NATRIX_BENCH" report --raw "$RAW" --out "$OUT/results.json" --md "$OUT/results.md" $( ((PARTIAL)) || echo --docs docs/PERFORMANCE.md) \
+	$( ((CAPDOCS)) && echo --capture-docs docs/PERFORMANCE.md) | tee -a "$LOG"
+[[ -z $BENCH_ONLY || $BENCH_ONLY == capture ]] && $PY scripts/plot.py "$OUT/results.json" "$OUT"
 if ! ((PARTIAL)); then
 	mkdir -p docs/img
 	cp "$OUT"/*.png docs/img/
+elif ((CAPDOCS)); then
+	mkdir -p docs/img
+	cp "$OUT"/capture.png docs/img/
 fi
 say "done: $OUT"

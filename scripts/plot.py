@@ -7,6 +7,8 @@
   setup_rate.png                  new connections per second, UDP and TCP SYN
   cost_vs_sessions.png            ns per packet in BPF_PROG_TEST_RUN against live sessions
   alloc_curve.png                 new-flow cost against the mappings one subscriber holds
+  capture.png                     natrix capture under load: the fast path by filter, rate and
+                                  loss by frame size, loss by burst length (when measured)
 
 Usage: plot.py RESULTS_JSON OUT_DIR. Needs Debian's python3-matplotlib (/usr/bin/python3).
 """
@@ -165,6 +167,80 @@ def alloc_plot(alloc, out):
     plt.close(fig)
 
 
+CAP_LABEL = {"none": "no capture", "narrow": "filter matches\nnothing",
+             "one_flow": "filter matches\none flow", "all": "everything\n(empty filter)"}
+
+
+def capture_plot(cap, out):
+    fig, ((a1, a2), (a3, a4)) = plt.subplots(2, 2, figsize=(11, 8))
+    tp = cap.get("throughput", [])
+    if tp:
+        xs = range(len(tp))
+        vals = [t.get("path_ns") or 0 for t in tp]
+        bars = a1.bar(xs, vals, color=["#7f7f7f"] + ["#1f77b4"] * (len(tp) - 1))
+        for b, t in zip(bars, tp):
+            lab = "%.0f ns" % (t.get("path_ns") or 0)
+            if t.get("prog_ns"):
+                lab += "\n(natrix %.0f)" % t["prog_ns"]
+            if t["variant"] != "none" and t.get("ratio") is not None:
+                lab += "\n%.2f× the rate" % t["ratio"]
+            a1.annotate(lab, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=7)
+        a1.set_xticks(list(xs))
+        a1.set_xticklabels([CAP_LABEL.get(t["variant"], t["variant"]) for t in tp], fontsize=8)
+        a1.margins(y=0.3)
+    a1.set_ylabel("CPU 0 time per packet (ns): generator, natrix, sink")
+    a1.set_title("Fast path while capturing (64 B); natrix's program in brackets", fontsize=10)
+    a1.grid(alpha=0.3, axis="y")
+    sz = cap.get("size", [])
+    series = [(0, "none", "no capture", dict(color="#7f7f7f", marker="o", ls=":")),
+              (0, "all", "capturing everything, whole packets", dict(color="#1f77b4", marker="o", lw=2)),
+              (128, "all", "capturing everything, -s 128", dict(color="#ff7f0e", marker="s"))]
+    for snap, variant, label, st in series:
+        pts = sorted((s["size"], s) for s in sz if s["variant"] == variant and s.get("snap", 0) == snap)
+        if not pts:
+            continue
+        xs = [p[0] for p in pts]
+        a2.plot(xs, [p[1]["pps"] / 1e6 for p in pts], label=label + ": packets", **st)
+        if variant == "all":
+            a2.plot(xs, [p[1]["written_per_sec"] / 2e6 for p in pts], label=label + ": packets written",
+                    color=st["color"], marker="x", ls="--")
+            a3.plot(xs, [100 * p[1]["lost_frac"] for p in pts], label=label, **st)
+    a2.set_ylabel("million packets per second")
+    a2.set_title("Capturing everything: packets through natrix, and written", fontsize=10)
+    a3.set_ylabel("records lost (%)")
+    a3.set_title("Capturing everything: records the ring could not take", fontsize=10)
+    for a in (a2, a3):
+        a.set_xlabel("frame size (bytes)")
+        a.grid(alpha=0.3)
+        a.set_ylim(bottom=0)
+        a.legend(fontsize=7)
+    bu = cap.get("burst", [])
+    keys = sorted({(b["size"], b["snap"]) for b in bu})
+    colors = ["#1f77b4", "#d62728", "#ff7f0e", "#2ca02c", "#9467bd"]
+    for i, (size, snap) in enumerate(keys):
+        pts = sorted((b["burst"], b) for b in bu if b["size"] == size and b["snap"] == snap)
+        lab = "%d B, %s" % (size, "whole" if snap == 0 else "-s %d" % snap)
+        c = colors[i % len(colors)]
+        a4.plot([p[0] for p in pts], [100 * p[1]["lost_frac"] for p in pts], marker="o", color=c, label=lab)
+        a4.axvline(pts[0][1]["ring_packets"], color=c, ls=":", lw=1)
+    if keys:
+        a4.set_xscale("log", base=2)
+        lens = sorted({b["burst"] for b in bu})
+        a4.set_xticks(lens)
+        a4.set_xticklabels(["%dk" % (n // 1024) if n >= 1024 and n % 1024 == 0 else str(n) for n in lens])
+        a4.minorticks_off()
+        a4.legend(fontsize=7, title="dotted: what 8 MiB holds", title_fontsize=7)
+    a4.set_xlabel("burst length (packets, as fast as the generator goes)")
+    a4.set_ylabel("records lost (%)")
+    a4.set_title("Bursts into an 8 MiB ring", fontsize=10)
+    a4.set_ylim(bottom=0)
+    a4.grid(alpha=0.3, which="both")
+    fig.suptitle("natrix capture under load: generator, natrix and sink on CPU 0, the capture on CPU 1")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "capture.png"), dpi=110)
+    plt.close(fig)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -173,11 +249,16 @@ def main():
     out = sys.argv[2]
     os.makedirs(out, exist_ok=True)
     e2e = res.get("e2e", [])
-    size_plot(e2e, out)
-    scale_plot(e2e, out)
-    setup_plot(e2e, out)
-    cost_plot(res.get("cost", []), out)
-    alloc_plot(res.get("alloc"), out)
+    # a run of one part (BENCH_ONLY=capture) draws only what it measured
+    only_capture = not e2e and not res.get("cost") and not res.get("alloc") and res.get("capture")
+    if not only_capture:
+        size_plot(e2e, out)
+        scale_plot(e2e, out)
+        setup_plot(e2e, out)
+        cost_plot(res.get("cost", []), out)
+        alloc_plot(res.get("alloc"), out)
+    if res.get("capture"):
+        capture_plot(res["capture"], out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use super::flow::{Dir, FlowSpec, Mode, Proto, TcpFlags};
-use super::{attach, cost, e2e, gen::Generator, logcost, logvolume, report, sys};
+use super::{attach, capture, cost, e2e, gen::Generator, logcost, logvolume, report, sys};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -50,6 +50,9 @@ pub enum BenchCmd {
     },
     /// One end-to-end measurement: generator -> gateway -> sink; prints a JSON record.
     E2e(e2e::E2eArgs),
+    /// One round of the capture benchmark: the fast path while `natrix capture` runs,
+    /// records written and lost against frame size and burst length (end to end).
+    Capture(capture::CaptureArgs),
     /// Per-packet cost (BPF_PROG_TEST_RUN) and memory per session, 1k..10M sessions.
     Cost(cost::CostArgs),
     /// NAT event logging's per-packet cost: logging off, on (block events), with session
@@ -195,6 +198,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             println!("{rec}");
             Ok(())
         }
+        BenchCmd::Capture(c) => capture::run(&c),
         BenchCmd::Cost(c) => cost::run(&c),
         BenchCmd::LogCost(c) => logcost::run(&c),
         BenchCmd::LogVolume(v) => logvolume::run(&v),

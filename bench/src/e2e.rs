@@ -84,13 +84,13 @@ pub struct E2eArgs {
 }
 
 #[derive(Debug, Default, Serialize)]
-struct Fill {
-    passes: u32,
-    secs: f64,
-    complete: bool,
+pub struct Fill {
+    pub passes: u32,
+    pub secs: f64,
+    pub complete: bool,
 }
 
-fn sink_wait(sink: &libbpf_rs::MapHandle, want: u64, timeout: Duration) -> Result<u64> {
+pub fn sink_wait(sink: &libbpf_rs::MapHandle, want: u64, timeout: Duration) -> Result<u64> {
     let t = Instant::now();
     loop {
         let (p, _) = sink_count(sink)?;
@@ -105,7 +105,7 @@ fn sink_wait(sink: &libbpf_rs::MapHandle, want: u64, timeout: Duration) -> Resul
 /// natrix's `addr_hint` at that address first. natrix's daemon moves the hint once per
 /// sweep; subscribers arriving all at once would otherwise crowd onto the 4 addresses
 /// after the hint (paired pooling keeps them there).
-fn provision_natrix(
+pub fn provision_natrix(
     g: &mut Generator,
     base: &FlowSpec,
     pin: &std::path::Path,
@@ -141,7 +141,7 @@ fn provision_natrix(
 
 /// Sends every flow once per pass until a pass loses (next to) nothing; each pass after a
 /// lossy one is paced at 80% of the rate that got through.
-fn establish(g: &mut Generator, spec: &FlowSpec, sink: &libbpf_rs::MapHandle) -> Result<Fill> {
+pub fn establish(g: &mut Generator, spec: &FlowSpec, sink: &libbpf_rs::MapHandle) -> Result<Fill> {
     let t = Instant::now();
     let mut fill = Fill::default();
     let mut s = spec.clone();

@@ -8,6 +8,8 @@
 //!   as the floor, and memory per session.
 //! - [`logcost`], [`logvolume`]: what NAT event logging costs per packet (on against
 //!   off), and what it sends for a realistic load (records and bytes per second).
+//! - [`capture`]: `natrix capture` under load: the fast path's rate while capturing, records
+//!   written and lost against frame size and burst length ([`capreport`]: its report).
 //! - [`e2e`]: one end-to-end measurement through veth namespaces (set up by
 //!   scripts/bench.sh).
 //! - [`report`]: medians, ratios and targets from all records; the summary in
@@ -16,6 +18,8 @@
 //! The BPF side lives in bench/bpf/, built into this binary's skeletons (build.rs).
 
 pub mod attach;
+pub mod capreport;
+pub mod capture;
 pub mod cli;
 pub mod cost;
 pub mod e2e;

@@ -201,11 +201,44 @@ fn bench_smoke_runs_and_reports() {
     assert!(blocks > 0 && lv["idle"]["by_kind"]["block_free"].as_u64() == Some(blocks), "{lv}");
     assert_eq!(lv["active"]["ipfix_records"].as_u64(), Some(conns + blocks), "{lv}");
     assert_eq!(lv["log_lost"], 0, "{lv}");
+    // natrix capture under load: every variant ran with a capture that started and stopped
+    // and printed its summary; the empty filter wrote records, the one that matches nothing
+    // none; every packet of a burst accounted for (written or lost, both forms)
+    let cap = &res["capture"];
+    let variants: Vec<&str> = cap["throughput"]
+        .as_array()
+        .expect("capture throughput")
+        .iter()
+        .filter_map(|t| t["variant"].as_str())
+        .collect();
+    assert_eq!(variants, ["none", "narrow", "one_flow", "all"], "{cap}");
+    for t in cap["throughput"].as_array().unwrap() {
+        assert!(t["pps"].as_f64().unwrap_or(0.0) > 0.0, "capture {}: no traffic: {t}", t["variant"]);
+    }
+    assert_eq!(
+        cap["throughput"][1]["written"].as_f64(),
+        Some(0.0),
+        "a filter matching nothing wrote records"
+    );
+    assert!(cap["throughput"][2]["written"].as_f64().unwrap_or(0.0) > 0.0, "one flow: nothing written");
+    assert!(cap["throughput"][3]["written"].as_f64().unwrap_or(0.0) > 0.0, "everything: nothing written");
+    assert!(cap["size"].as_array().is_some_and(|s| s.len() == 3), "capture by size: {cap}");
+    for b in cap["burst"].as_array().expect("capture bursts") {
+        let (w, l, e) =
+            (b["written"].as_f64().unwrap(), b["lost"].as_f64().unwrap(), b["expected"].as_f64().unwrap());
+        assert!(w + l >= e, "burst of {}: {w} written + {l} lost < {e}", b["burst"]);
+    }
     let md = std::fs::read_to_string(out.join("results.md")).expect("results.md");
     assert!(md.contains("NAT event log volume"), "the volume table in results.md");
-    for png in
-        ["throughput_vs_size", "throughput_vs_connections", "setup_rate", "cost_vs_sessions", "alloc_curve"]
-    {
+    assert!(md.contains("### Bursts: records written and lost"), "the capture's tables in results.md");
+    for png in [
+        "throughput_vs_size",
+        "throughput_vs_connections",
+        "setup_rate",
+        "cost_vs_sessions",
+        "alloc_curve",
+        "capture",
+    ] {
         let p = out.join(format!("{png}.png"));
         let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
         assert!(len > 1000, "{} missing or empty", p.display());
