@@ -1,8 +1,10 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-# Builds the NAT core's Verilator testbench (hw/build/Vtb_core) and replays every packet
-# test vector and the core's own cases through it (hw/tb/vectors.py). Ends with the line
-# "N passed, M failed"; exits non-zero on any failure or when it cannot run.
+# Builds the NAT core's Verilator testbench (hw/build/obj_<BLOG2>/Vtb_core), replays every
+# packet test vector and the core's own cases through it (hw/tb/vectors.py), and checks
+# that Icarus Verilog and Yosys take the RTL too. Ends with the line "N passed, M failed";
+# exits non-zero on any failure or when it cannot run. NX_HW_BLOG2: log2 of the buckets
+# per direction (default 8: 1k entries; 12: 16k).
 set -u
 HW=$(cd "$(dirname "$0")/.." && pwd)
 B="$HW/build"
@@ -29,4 +31,35 @@ if ! verilator --cc --exe --build -j 2 -O2 -Wall -Wno-DECLFILENAME -Wno-UNUSEDSI
 	echo "0 passed, 1 failed"
 	exit 1
 fi
-NX_HW_SIM="$B/obj_$BLOG2/Vtb_core" NX_HW_BLOG2="$BLOG2" exec python3 "$HW/tb/vectors.py"
+out=$(NX_HW_SIM="$B/obj_$BLOG2/Vtb_core" NX_HW_BLOG2="$BLOG2" python3 "$HW/tb/vectors.py")
+rc=$?
+last=$(printf '%s\n' "$out" | tail -1)
+printf '%s\n' "$out" | sed '$d'
+pass=$(printf '%s\n' "$last" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
+fail=$(printf '%s\n' "$last" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
+if [ -z "$pass" ] || [ -z "$fail" ]; then
+	echo "$last"
+	pass=0
+	fail=1
+elif [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
+	fail=1
+fi
+
+# the other tools the RTL must be accepted by: Icarus Verilog compiles it, Yosys elaborates it
+if command -v iverilog >/dev/null 2>&1 &&
+	iverilog -g2012 -s nx_core -o "$B/nx_core.vvp" $srcs >"$B/iverilog.log" 2>&1; then
+	pass=$((pass + 1))
+else
+	echo "FAIL rtl: Icarus Verilog (iverilog -g2012) does not compile the core ($B/iverilog.log)"
+	fail=$((fail + 1))
+fi
+if command -v yosys >/dev/null 2>&1 &&
+	yosys -q -p "read_verilog -sv $srcs; hierarchy -check -top nx_core; proc" >"$B/yosys.log" 2>&1; then
+	pass=$((pass + 1))
+else
+	echo "FAIL rtl: Yosys (read_verilog -sv, hierarchy, proc) does not take the core ($B/yosys.log)"
+	fail=$((fail + 1))
+fi
+echo "rtl        Icarus and Yosys accept the core (2 checks)"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
