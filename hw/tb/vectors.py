@@ -424,6 +424,43 @@ def disabled_then_enabled(rnd):
     return c, tab
 
 
+def line_rate_full_table(rnd, load=0.95, n_frames=1500):
+    """The tables filled to `load` of their entries (a flow whose bucket is full stays in
+    software, as the daemon would leave it), then 64-byte frames back to back both ways over
+    random installed flows: every frame translated right, the throughput measured (the
+    lookup is one bucket read whatever the load)."""
+    c = Case("own/line_rate_64B_tables_%d_percent_full" % int(load * 100), "own")
+    c.lines.append("reset")
+    seed = rnd.getrandbits(32)
+    configure(c, BASE_CFG, seed, None)
+    tab = Table(seed)
+    entries = WAYS << BLOG2
+    fl = []
+    i = 0
+    while len(fl) < int(load * entries) and i < 40 * entries:
+        proto = (17, 6, 1)[i % 3]
+        f = Flow(proto, SUBS[i % 8], 1024 + i, SERVERS[i % 2], 53 if proto == 17 else 443,
+                 POOL + (i % 8), 1024 + i)
+        i += 1
+        s0, s1 = f.install(c, tab)
+        if s0 is None or s1 is None:
+            for sl in (s0, s1):
+                if sl is not None:
+                    tab.remove(c, sl)
+            continue
+        fl.append(f)
+    c.lines.append("mode 0 0 1")
+    for k in range(n_frames):
+        for d in (0, 1):
+            f = rnd.choice(fl)
+            fr = (f.out_frame if d == 0 else f.in_frame)(rnd, 64, ident=k)
+            c.frame(d, fr, ("xlate", (f.out_x if d == 0 else f.in_x)(fr)))
+    c.lines.append("sync")
+    c.perf = (n_frames, 8.2)
+    c.occupancy = len(fl) / entries
+    return c, tab
+
+
 def latency_single_frame(rnd):
     """One 64-byte frame alone each way: the cycles from its first beat in to its last beat
     out (store and forward: 8 beats in, the pipeline, 8 beats out), printed."""
@@ -658,6 +695,7 @@ def main():
     cases.append(writes_during_traffic(rnd))
     cases.append(disabled_then_enabled(rnd))
     cases.append(latency_single_frame(rnd))
+    cases.append(line_rate_full_table(rnd))
     script = []
     for c, tab in cases:
         finish(c, tab)
@@ -702,7 +740,9 @@ def main():
         if getattr(c, "lat", None):
             print("%s: %d cycles from the first beat in to the last beat out" % (c.name, c.lat))
         if getattr(c, "cpp", None):
-            print("%s: %.3f cycles per 64-byte frame per direction, both directions loaded" % (c.name, c.cpp))
+            occ = getattr(c, "occupancy", None)
+            print("%s: %.3f cycles per 64-byte frame per direction, both directions loaded%s" % (
+                c.name, c.cpp, "" if occ is None else ", tables %.0f%% full" % (100 * occ)))
     for g, (p, f, nx, nc, nr) in per.items():
         extra = "" if g == "own" else (" (packet translated byte for byte: %d, to the CPU port: %d;"
                                        " established setup frames replayed byte for byte: %d)" % (nx, nc, nr))
