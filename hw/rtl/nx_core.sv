@@ -221,7 +221,7 @@ module nx_core #(
 		end
 	end
 
-	// counters: 0x200 + dir * 0x100... laid out as 0x200 + dir * 0x80 + reason * 4
+	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated)
 	// one increment per direction and cycle: one adder each
 	logic [31:0] cnt_inc [0:1];
 	assign cnt_inc[0] = cnt[{1'b0, ev_reason[0]}] + 32'd1;
