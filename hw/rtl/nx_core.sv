@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// nx_core: natrix's NAT44 fast path for established flows in hardware (issue 33). Two
+// directions (nx_dir), each 64-bit AXI4-Stream in and out; one AXI4-Stream to the CPU with
+// every frame the core does not translate, unchanged, tuser = {direction, 2'b0, reason};
+// an AXI4-Lite register port (docs/HARDWARE.md: register map, table format, bucket hash).
+// Clock and reset: one clock, synchronous active-high reset (the tables keep their
+// contents across reset: the control plane removes entries explicitly).
+
+module nx_core #(
+	parameter int BLOG2 = 8,  // buckets per direction: 2^BLOG2; entries = WAYS << BLOG2
+	parameter int WAYS = 4,
+	parameter int NH = 16,
+	parameter int DLOG2 = 11,
+	parameter int MLOG2 = 4
+) (
+	input  logic        clk,
+	input  logic        rst,
+
+	// inside -> outside
+	input  logic [63:0] s_i2o_tdata,
+	input  logic [7:0]  s_i2o_tkeep,
+	input  logic        s_i2o_tvalid,
+	input  logic        s_i2o_tlast,
+	output logic        s_i2o_tready,
+	output logic [63:0] m_i2o_tdata,
+	output logic [7:0]  m_i2o_tkeep,
+	output logic        m_i2o_tvalid,
+	output logic        m_i2o_tlast,
+	input  logic        m_i2o_tready,
+
+	// outside -> inside
+	input  logic [63:0] s_o2i_tdata,
+	input  logic [7:0]  s_o2i_tkeep,
+	input  logic        s_o2i_tvalid,
+	input  logic        s_o2i_tlast,
+	output logic        s_o2i_tready,
+	output logic [63:0] m_o2i_tdata,
+	output logic [7:0]  m_o2i_tkeep,
+	output logic        m_o2i_tvalid,
+	output logic        m_o2i_tlast,
+	input  logic        m_o2i_tready,
+
+	// to the CPU
+	output logic [63:0] m_cpu_tdata,
+	output logic [7:0]  m_cpu_tkeep,
+	output logic        m_cpu_tvalid,
+	output logic        m_cpu_tlast,
+	output logic [7:0]  m_cpu_tuser,
+	input  logic        m_cpu_tready,
+
+	// AXI4-Lite, 32-bit
+	input  logic [11:0] s_axil_awaddr,
+	input  logic        s_axil_awvalid,
+	output logic        s_axil_awready,
+	input  logic [31:0] s_axil_wdata,
+	input  logic [3:0]  s_axil_wstrb,
+	input  logic        s_axil_wvalid,
+	output logic        s_axil_wready,
+	output logic [1:0]  s_axil_bresp,
+	output logic        s_axil_bvalid,
+	input  logic        s_axil_bready,
+	input  logic [11:0] s_axil_araddr,
+	input  logic        s_axil_arvalid,
+	output logic        s_axil_arready,
+	output logic [31:0] s_axil_rdata,
+	output logic [1:0]  s_axil_rresp,
+	output logic        s_axil_rvalid,
+	input  logic        s_axil_rready
+);
+	localparam int EW = nx_core_pkg::EW;
+	localparam int ENTRIES = WAYS << BLOG2;
+	localparam int AWORDS = ENTRIES / 32;
+
+	// ---------------- registers ----------------
+	logic        r_enable;
+	logic [31:0] r_pool_base, r_pool_mask, r_seed;
+	logic [47:0] r_mac_in, r_mac_out;
+	logic [15:0] r_mtu_out, r_mtu_in;
+	logic [31:0] e_kaddr, e_raddr, e_xaddr;
+	logic [15:0] e_kport, e_rport, e_xport;
+	logic [3:0]  e_ctl;
+	logic [31:0] n_addr, n_mask;
+	logic [47:0] n_dmac, n_smac;
+	logic [2:0]  n_ctl;
+	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
+	logic [NH*32-1:0] nh_addr, nh_mask;
+	logic [NH*48-1:0] nh_dmac, nh_smac;
+	logic [1:0] tw_en, tr_en;
+	logic tr_dir;
+	logic [3:0] tr_way;
+	logic [WAYS*EW-1:0] tr_data [0:1];
+	logic [EW-1:0] rb;
+	logic [3:0] tw_way;
+	logic [BLOG2-1:0] tw_bucket;
+	logic [1:0] act_snap;
+	logic [15:0] act_idx;
+	logic act_dir;
+	logic [31:0] act_word [0:1];
+	logic [31:0] cnt [0:63];
+	logic [1:0] ev_valid;
+	logic [4:0] ev_reason [0:1];
+
+	logic wr, rdq;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid;
+	assign s_axil_awready = wr;
+	assign s_axil_wready = wr;
+	assign s_axil_bresp = 2'b00;
+	assign s_axil_rresp = 2'b00;
+	assign rdq = s_axil_arvalid && !s_axil_rvalid;
+	assign s_axil_arready = rdq;
+
+	wire [31:0] wd = s_axil_wdata;
+	wire [11:0] wa = {s_axil_awaddr[11:2], 2'b00};
+
+	always_ff @(posedge clk) begin
+		tw_en <= 2'b00;
+		tr_en <= 2'b00;
+		act_snap <= 2'b00;
+		if (rst) begin
+			s_axil_bvalid <= 1'b0;
+			s_axil_rvalid <= 1'b0;
+			r_enable <= 1'b0;
+			r_pool_base <= 32'd0;
+			r_pool_mask <= 32'hffffffff;
+			r_seed <= 32'd0;
+			r_mac_in <= 48'd0;
+			r_mac_out <= 48'd0;
+			r_mtu_out <= 16'd1500;
+			r_mtu_in <= 16'd1500;
+			nh_valid <= '0;
+		end else begin
+			if (s_axil_bvalid && s_axil_bready)
+				s_axil_bvalid <= 1'b0;
+			if (s_axil_rvalid && s_axil_rready)
+				s_axil_rvalid <= 1'b0;
+			if (wr) begin
+				s_axil_bvalid <= 1'b1;
+				case (wa)
+				12'h008: r_enable <= wd[0];
+				12'h010: r_pool_base <= wd;
+				12'h014: r_pool_mask <= wd;
+				12'h018: r_mac_in[47:32] <= wd[15:0];
+				12'h01c: r_mac_in[31:0] <= wd;
+				12'h020: r_mac_out[47:32] <= wd[15:0];
+				12'h024: r_mac_out[31:0] <= wd;
+				12'h028: r_mtu_out <= wd[15:0];
+				12'h02c: r_mtu_in <= wd[15:0];
+				12'h030: r_seed <= wd;
+				12'h040: e_kaddr <= wd;
+				12'h044: e_kport <= wd[15:0];
+				12'h048: e_raddr <= wd;
+				12'h04c: e_rport <= wd[15:0];
+				12'h050: e_xaddr <= wd;
+				12'h054: e_xport <= wd[15:0];
+				12'h058: e_ctl <= wd[3:0];
+				12'h05c: begin
+					tw_en <= wd[31] ? 2'b10 : 2'b01;
+					tw_way <= wd[27:24];
+					tw_bucket <= wd[BLOG2-1:0];
+				end
+				12'h060: begin
+					tr_en <= wd[31] ? 2'b10 : 2'b01;
+					tr_dir <= wd[31];
+					tr_way <= wd[27:24];
+					tw_bucket <= wd[BLOG2-1:0];
+				end
+				12'h080: n_addr <= wd;
+				12'h084: n_mask <= wd;
+				12'h088: n_dmac[47:32] <= wd[15:0];
+				12'h08c: n_dmac[31:0] <= wd;
+				12'h090: n_smac[47:32] <= wd[15:0];
+				12'h094: n_smac[31:0] <= wd;
+				12'h098: n_ctl <= wd[2:0];
+				12'h09c: begin
+					for (int i = 0; i < NH; i++) begin
+						if (wd[7:0] == 8'(i)) begin
+							nh_valid[i] <= n_ctl[0];
+							nh_inside[i] <= n_ctl[1];
+							nh_punt[i] <= n_ctl[2];
+							nh_addr[32*i +: 32] <= n_addr;
+							nh_mask[32*i +: 32] <= n_mask;
+							nh_dmac[48*i +: 48] <= n_dmac;
+							nh_smac[48*i +: 48] <= n_smac;
+						end
+					end
+				end
+				12'h0a0: begin
+					act_snap <= wd[31] ? 2'b10 : 2'b01;
+					act_dir <= wd[31];
+					act_idx <= 16'(wd[15:0] % 16'(AWORDS));
+				end
+				default: ;
+				endcase
+			end
+			if (rdq) begin
+				s_axil_rvalid <= 1'b1;
+				s_axil_rdata <= 32'd0;
+				case ({s_axil_araddr[11:2], 2'b00})
+				12'h000: s_axil_rdata <= 32'h4e584857; // "NXHW"
+				12'h004: s_axil_rdata <= {8'd0, 8'(NH), 4'd0, 4'(WAYS), 8'(BLOG2)};
+				12'h008: s_axil_rdata <= {31'd0, r_enable};
+				12'h010: s_axil_rdata <= r_pool_base;
+				12'h014: s_axil_rdata <= r_pool_mask;
+				12'h028: s_axil_rdata <= {16'd0, r_mtu_out};
+				12'h02c: s_axil_rdata <= {16'd0, r_mtu_in};
+				12'h030: s_axil_rdata <= r_seed;
+				12'h064: s_axil_rdata <= rb[35:4];
+				12'h068: s_axil_rdata <= {16'd0, rb[51:36]};
+				12'h06c: s_axil_rdata <= rb[83:52];
+				12'h070: s_axil_rdata <= {16'd0, rb[99:84]};
+				12'h074: s_axil_rdata <= rb[131:100];
+				12'h078: s_axil_rdata <= {16'd0, rb[147:132]};
+				12'h07c: s_axil_rdata <= {28'd0, rb[3:0]};
+				12'h0a4: s_axil_rdata <= act_word[act_dir];
+				default:
+					if (s_axil_araddr[11:8] == 4'h2) // 0x200..0x2ff: counters
+						s_axil_rdata <= cnt[s_axil_araddr[7:2]];
+				endcase
+			end
+		end
+	end
+
+	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated)
+	// one increment per direction and cycle: one adder each
+	logic [31:0] cnt_inc [0:1];
+	assign cnt_inc[0] = cnt[{1'b0, ev_reason[0]}] + 32'd1;
+	assign cnt_inc[1] = cnt[{1'b1, ev_reason[1]}] + 32'd1;
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			for (int i = 0; i < 64; i++)
+				cnt[i] <= 32'd0;
+		end else begin
+			if (ev_valid[0])
+				cnt[{1'b0, ev_reason[0]}] <= cnt_inc[0];
+			if (ev_valid[1])
+				cnt[{1'b1, ev_reason[1]}] <= cnt_inc[1];
+		end
+	end
+
+	always_comb begin
+		rb = '0;
+		for (int w = 0; w < WAYS; w++)
+			if (tr_way == 4'(w))
+				rb = tr_data[tr_dir][EW*w +: EW];
+	end
+
+	wire [EW-1:0] tw_data = {e_xport, e_xaddr, e_rport, e_raddr, e_kport, e_kaddr, e_ctl[3:2], e_ctl[1], e_ctl[0]};
+
+	// ---------------- the two directions ----------------
+	logic [63:0] c_tdata [0:1];
+	logic [7:0]  c_tkeep [0:1];
+	logic [1:0]  c_tvalid, c_tlast, c_tready;
+	logic [4:0]  c_reason [0:1];
+
+	nx_dir #(.DIR(0), .BLOG2(BLOG2), .WAYS(WAYS), .NH(NH), .DLOG2(DLOG2), .MLOG2(MLOG2)) u_i2o (
+		.clk, .rst,
+		.s_tdata(s_i2o_tdata), .s_tkeep(s_i2o_tkeep), .s_tvalid(s_i2o_tvalid),
+		.s_tlast(s_i2o_tlast), .s_tready(s_i2o_tready),
+		.m_tdata(m_i2o_tdata), .m_tkeep(m_i2o_tkeep), .m_tvalid(m_i2o_tvalid),
+		.m_tlast(m_i2o_tlast), .m_tready(m_i2o_tready),
+		.c_tdata(c_tdata[0]), .c_tkeep(c_tkeep[0]), .c_tvalid(c_tvalid[0]),
+		.c_tlast(c_tlast[0]), .c_reason(c_reason[0]), .c_tready(c_tready[0]),
+		.enable(r_enable), .my_mac(r_mac_in), .pool_base(r_pool_base), .pool_mask(r_pool_mask),
+		.mtu(r_mtu_out), .seed(r_seed),
+		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
+		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]),
+		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
+		.act_snap(act_snap[0]), .act_idx, .act_word(act_word[0]),
+		.ev_valid(ev_valid[0]), .ev_reason(ev_reason[0])
+	);
+
+	nx_dir #(.DIR(1), .BLOG2(BLOG2), .WAYS(WAYS), .NH(NH), .DLOG2(DLOG2), .MLOG2(MLOG2)) u_o2i (
+		.clk, .rst,
+		.s_tdata(s_o2i_tdata), .s_tkeep(s_o2i_tkeep), .s_tvalid(s_o2i_tvalid),
+		.s_tlast(s_o2i_tlast), .s_tready(s_o2i_tready),
+		.m_tdata(m_o2i_tdata), .m_tkeep(m_o2i_tkeep), .m_tvalid(m_o2i_tvalid),
+		.m_tlast(m_o2i_tlast), .m_tready(m_o2i_tready),
+		.c_tdata(c_tdata[1]), .c_tkeep(c_tkeep[1]), .c_tvalid(c_tvalid[1]),
+		.c_tlast(c_tlast[1]), .c_reason(c_reason[1]), .c_tready(c_tready[1]),
+		.enable(r_enable), .my_mac(r_mac_out), .pool_base(r_pool_base), .pool_mask(r_pool_mask),
+		.mtu(r_mtu_in), .seed(r_seed),
+		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
+		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]),
+		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
+		.act_snap(act_snap[1]), .act_idx, .act_word(act_word[1]),
+		.ev_valid(ev_valid[1]), .ev_reason(ev_reason[1])
+	);
+
+	// ---------------- the CPU port: round robin between the directions, per frame ----------------
+	logic lock, own, pref, sel;
+	always_comb begin
+		if (lock)
+			sel = own;
+		else if (pref == 1'b0)
+			sel = c_tvalid[0] ? 1'b0 : 1'b1;
+		else
+			sel = c_tvalid[1] ? 1'b1 : 1'b0;
+	end
+	assign m_cpu_tvalid = c_tvalid[sel];
+	assign m_cpu_tdata = c_tdata[sel];
+	assign m_cpu_tkeep = c_tkeep[sel];
+	assign m_cpu_tlast = c_tlast[sel];
+	assign m_cpu_tuser = {sel, 2'b00, c_reason[sel]};
+	assign c_tready[0] = m_cpu_tready && sel == 1'b0;
+	assign c_tready[1] = m_cpu_tready && sel == 1'b1;
+
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			lock <= 1'b0;
+			own <= 1'b0;
+			pref <= 1'b0;
+		end else if (m_cpu_tvalid) begin
+			// a beat once offered stays offered until taken: the choice holds from the
+			// first offered beat to the frame's last beat taken
+			if (m_cpu_tready && m_cpu_tlast) begin
+				lock <= 1'b0;
+				pref <= ~sel;
+			end else begin
+				lock <= 1'b1;
+				own <= sel;
+			end
+		end
+	end
+endmodule
