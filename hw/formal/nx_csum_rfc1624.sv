@@ -26,16 +26,25 @@
 //   field16_udp    nx_udp_csum_apply: without a checksum (0) the field stays 0; with one (a
 //                  computed 0 sent as 0xffff, RFC 768) it gets the recomputed checksum, 0
 //                  sent as 0xffff, or 0xffff for the all-zero header
+//   field16_minus0 the exception's continuation: from an all-zero header holding 0x0000
+//                  (-0), replacing a word by b gives the recomputed checksum ~b, or 0x0000
+//                  again if b is 0
+//   oc_comm,       one's complement addition (oc_add) is commutative and associative: which
+//   oc_assoc       word is replaced, and in which order the words are summed, does not
+//                  matter
 //   split_diff4    diff4(A, B) = diff2(A[31:16], B[31:16]) + diff2(A[15:0], B[15:0]) as
 //                  32-bit numbers: a 32-bit field is two 16-bit words
 //   split_apply2   apply(h, x + y) = apply(apply(h, x), y), x and y 16-bit differences
 //   split_apply42  the same, x a 32-bit difference (diff4), y a 16-bit one: together with
 //                  split_diff4, apply(h, diff4 + diff2) is three 16-bit updates in a row
 //
-// Chained, the 32+16 update of a correct checksum gives the correct checksum whenever
-// none of the three intermediate headers is all zero (field16_exact each time), and in
-// every case a checksum equal to it modulo 0xffff (field16_equiv). hw/tb/csum/ checks
-// the 32+16 update directly on a million random headers.
+// Chained: the 32+16 update is three 16-bit updates (split_*), each keeping "the checksum
+// is the recomputed one, or the header is all zero and the checksum 0x0000"
+// (field16_exact from the first, field16_minus0 from the second; which word is replaced
+// does not matter, the sum being commutative and associative: oc_comm, oc_assoc). So the
+// 32+16 update of a correct checksum is the recomputed checksum, unless the rewritten
+// header is all zero (then 0x0000). hw/tb/csum/ also checks the 32+16 update directly on
+// a million random headers.
 
 module nx_csum_rfc1624 (
 	input  logic [159:0] hdr,      // the old header, word i in [159 - 16 i -: 16]
@@ -52,6 +61,9 @@ module nx_csum_rfc1624 (
 	output logic         field16_exact,
 	output logic         field16_equiv,
 	output logic         field16_udp,
+	output logic         field16_minus0,
+	output logic         oc_comm,
+	output logic         oc_assoc,
 	output logic         split_diff4,
 	output logic         split_apply2,
 	output logic         split_apply42
@@ -106,6 +118,12 @@ module nx_csum_rfc1624 (
 	assign udp_inc = nx_csum_pkg::nx_udp_csum_apply(udp_ck, nx_csum_pkg::nx_csum_diff2(old_h[15:0], new16));
 	assign udp_want = !has_csum ? 16'h0000 : new_zero || full == 16'h0000 ? 16'hffff : full;
 	assign field16_udp = udp_inc == udp_want;
+
+	assign field16_minus0 = nx_csum_pkg::nx_csum_apply(16'h0000, nx_csum_pkg::nx_csum_diff2(16'h0000, b))
+		== (b == 16'h0000 ? 16'h0000 : ~b);
+
+	assign oc_comm = oc_add(a, b) == oc_add(b, a);
+	assign oc_assoc = oc_add(oc_add(a, b), c) == oc_add(a, oc_add(b, c));
 
 	assign split_diff4 = nx_csum_pkg::nx_csum_diff4(a32, b32)
 		== nx_csum_pkg::nx_csum_diff2(a32[31:16], b32[31:16]) + nx_csum_pkg::nx_csum_diff2(a32[15:0], b32[15:0]);
