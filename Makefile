@@ -4,15 +4,15 @@ CARGO ?= $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
 BIN := target/release/natrix
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help deps deps-test deps-bench deps-lint build test demo bench lint fmt clean
+.PHONY: help deps deps-test deps-bench deps-lint deps-hw build test demo bench hw-test lint fmt clean
 
 help: ## this list
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 deps: ## check the machine for building, install what is missing (apt-get)
 	@scripts/deps.sh build
 
-deps-test deps-bench deps-lint: # what make test, make bench and make lint need besides
+deps-test deps-bench deps-lint deps-hw: # what make test, make bench, make lint and make hw-test need besides
 	@scripts/deps.sh $(@:deps-%=%)
 
 build: deps ## build target/release/natrix (data plane included): the product only
@@ -27,6 +27,9 @@ demo: build deps-test ## namespaces, gateway, traffic from two subscribers, sess
 bench: build deps-bench ## benchmarks: bench-results/, docs/PERFORMANCE.md (BENCH_QUICK=1: ~2 min)
 	$(CARGO) build --release --locked -p natrix-bench
 	scripts/bench.sh
+
+hw-test: deps-hw ## the RTL under hw/: proofs, simulations against the C (docs/HARDWARE.md)
+	hw/run-tests.sh
 
 lint: deps deps-lint ## formatting, clippy -D warnings, clang-format (CI runs it)
 	$(CARGO) fmt --all -- --check

@@ -4,26 +4,38 @@
 set -euo pipefail
 
 # What is checked depends on the target (make passes it): build needs the compilers and
-# libraries only; test adds the tools the tests drive; bench and lint add theirs.
+# libraries only; test adds the tools the tests drive; bench and lint add theirs; hw is
+# make hw-test's alone (the RTL's simulators and Yosys; no Rust, no BPF).
 what=${1:-build}
-case $what in build | test | bench | lint) ;; *) echo "deps: unknown target $what (build, test, bench, lint)" >&2; exit 2 ;; esac
+case $what in build | test | bench | lint | hw) ;; *) echo "deps: unknown target $what (build, test, bench, lint, hw)" >&2; exit 2 ;; esac
 need_pkgs=()
 check() { # check <command-or-file> <debian package>
 	if [[ $1 == /* ]]; then [[ -e $1 ]] || need_pkgs+=("$2")
 	else command -v "$1" >/dev/null 2>&1 || need_pkgs+=("$2"); fi
 }
+if [[ $what == hw ]]; then
+	check verilator verilator # hw/tb/: testbenches compiled to C++ (Debian 12: 5.006)
+	check g++ g++             # what Verilator's output is compiled with
+	check make make
+	check iverilog iverilog   # the RTL under a second simulator (Debian 12: 11)
+	check vvp iverilog
+	check yosys yosys         # hw/formal/: the SAT proofs; synthesis (Debian 12: 0.23)
+	check /usr/include/linux/types.h linux-libc-dev # __u16, __u32 for bpf/nx_csum.h on the host
+fi
 # build
-check clang clang
-check llvm-strip llvm
-check pkg-config pkg-config
-check /usr/include/libelf.h libelf-dev
-check /usr/include/zlib.h zlib1g-dev
-check /usr/include/linux/bpf.h linux-libc-dev
-check /usr/include/pcap/pcap.h libpcap-dev # the capture filter compiler (src/capture/): libpcap.so to link
-# clang -target bpf defines no __x86_64__, so glibc's headers (linux/if.h includes
-# sys/socket.h) ask for the 32-bit stubs
-if [[ $(uname -m) == x86_64 ]]; then check /usr/include/x86_64-linux-gnu/gnu/stubs-32.h libc6-dev-i386; fi
-check make make
+if [[ $what != hw ]]; then
+	check clang clang
+	check llvm-strip llvm
+	check pkg-config pkg-config
+	check /usr/include/libelf.h libelf-dev
+	check /usr/include/zlib.h zlib1g-dev
+	check /usr/include/linux/bpf.h linux-libc-dev
+	check /usr/include/pcap/pcap.h libpcap-dev # the capture filter compiler (src/capture/): libpcap.so to link
+	# clang -target bpf defines no __x86_64__, so glibc's headers (linux/if.h includes
+	# sys/socket.h) ask for the 32-bit stubs
+	if [[ $(uname -m) == x86_64 ]]; then check /usr/include/x86_64-linux-gnu/gnu/stubs-32.h libc6-dev-i386; fi
+	check make make
+fi
 if [[ $what == test || $what == bench ]]; then
 	check ip iproute2
 	check ethtool ethtool
@@ -52,6 +64,10 @@ if ((${#need_pkgs[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q || true
 	apt-get install -y -q --no-install-recommends "${need_pkgs[@]}"
+fi
+if [[ $what == hw ]]; then
+	echo "deps (hw): ok ($(verilator --version | awk '{print $1, $2}'), $(iverilog -V 2>&1 | head -1 | awk '{print "Icarus Verilog", $4}'), $(yosys -V | awk '{print $1, $2}'))"
+	exit 0
 fi
 
 if ! command -v cargo >/dev/null 2>&1 && [[ ! -x $HOME/.cargo/bin/cargo ]]; then
