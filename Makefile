@@ -18,8 +18,9 @@ deps-test deps-bench deps-lint deps-hw: # what make test, make bench, make lint 
 build: deps ## build target/release/natrix (data plane included): the product only
 	$(CARGO) build --release --locked -p natrix
 
-test: build deps-test ## every test: unit, BPF_PROG_TEST_RUN packets, namespaces (needs root)
+test: build deps-test deps-hw ## every test: unit, BPF_PROG_TEST_RUN packets, namespaces (needs root), then make hw-test
 	$(CARGO) test --release --locked --workspace -- --test-threads=2
+	hw/run-tests.sh
 
 demo: build deps-test ## namespaces, gateway, traffic from two subscribers, sessions shown
 	scripts/demo.sh
