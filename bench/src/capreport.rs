@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use crate::report::{mpps, ns as prog};
+
 /// The median of the finite values; NaN when there are none.
 fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
@@ -255,22 +257,6 @@ pub fn reduce(all: &[Value]) -> Option<Value> {
         "size": by_size,
         "burst": bursts,
     }))
-}
-
-fn mpps(x: f64) -> String {
-    if x.is_finite() {
-        format!("{:.3}", x / 1e6)
-    } else {
-        "–".into()
-    }
-}
-
-fn prog(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.0}")
-    } else {
-        "–".into()
-    }
 }
 
 fn millions(x: f64) -> String {

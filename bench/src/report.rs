@@ -536,7 +536,7 @@ pub fn human(n: u64) -> String {
     }
 }
 
-fn mpps(x: f64) -> String {
+pub(crate) fn mpps(x: f64) -> String {
     if x.is_finite() {
         format!("{:.3}", x / 1e6)
     } else {
@@ -544,7 +544,7 @@ fn mpps(x: f64) -> String {
     }
 }
 
-fn ns(x: f64) -> String {
+pub(crate) fn ns(x: f64) -> String {
     if x.is_finite() {
         format!("{x:.0}")
     } else {
