@@ -7,7 +7,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 .PHONY: help deps deps-test deps-bench deps-lint build test demo bench lint fmt clean
 
 help: ## this list
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 deps: ## check the machine for building, install what is missing (apt-get)
 	@scripts/deps.sh build
@@ -27,6 +27,11 @@ demo: build deps-test ## namespaces, gateway, traffic from two subscribers, sess
 bench: build deps-bench ## benchmarks: bench-results/, docs/PERFORMANCE.md (BENCH_QUICK=1: ~2 min)
 	$(CARGO) build --release --locked -p natrix-bench
 	scripts/bench.sh
+
+.PHONY: bench-hw
+bench-hw: ## the RTL core's numbers: Verilator cycles, Yosys size, nextpnr Fmax -> docs/HARDWARE.md (BENCH_QUICK=1: 1k only)
+	hw/bench/deps.sh
+	hw/bench/bench.sh
 
 lint: deps deps-lint ## formatting, clippy -D warnings, clang-format (CI runs it)
 	$(CARGO) fmt --all -- --check
