@@ -34,9 +34,12 @@ def stat(path):
     cells = {}
     if not os.path.exists(path):
         return None
-    for l in open(path):
+    text = open(path).read()
+    if "=== design hierarchy ===" in text:  # not flattened (synth_xilinx): the totals only
+        text = text[text.index("=== design hierarchy ==="):]
+    for l in text.splitlines():
         m = re.match(r"^\s+(\S+)\s+(\d+)\s*$", l)
-        if m and not m.group(1).startswith("Number"):
+        if m and not m.group(1).startswith(("Number", "$")):
             cells[m.group(1)] = cells.get(m.group(1), 0) + int(m.group(2))
     return cells
 
@@ -55,7 +58,9 @@ def summary(fam, c):
     b36, b18 = c.get("RAMB36E2", 0), c.get("RAMB18E2", 0)
     lram = sum(v for k, v in c.items() if k.startswith("RAM") and not k.startswith("RAMB"))
     return (lut, ff, "%g RAMB36 (%d RAMB36E2, %d RAMB18E2)" % (b36 + b18 / 2, b36, b18),
-            "%d LUTRAM cells, %d CARRY8, %d DSP48E2" % (lram, c.get("CARRY8", 0), c.get("DSP48E2", 0)))
+            "%d LUTRAM cells, %d SRL16E, %d CARRY4/8, %d MUXF7/8/9, %d DSP48E2" % (
+                lram, c.get("SRL16E", 0), c.get("CARRY4", 0) + c.get("CARRY8", 0),
+                sum(c.get(k, 0) for k in ("MUXF7", "MUXF8", "MUXF9")), c.get("DSP48E2", 0)))
 
 
 def fmax(d, blog2):
@@ -170,7 +175,8 @@ def main():
         L.append("| %s | %d | %d | %d | %d | %d | %.0f |" % (s, v["n"], v["min"], v["median"], v["p99"], v["max"], v["median"] / CLK * 1e9))
     L += ["", "### Size and Fmax", "",
           "Yosys, the whole core (both directions, 16 next hops, 16 KiB data FIFO per direction), "
-          "flattened, before place and route; entries are per direction (4 ways × 2^BLOG2 buckets). "
+          "before place and route (ECP5 and iCE40 flattened; UltraScale+ the design hierarchy's totals; "
+          "its LUT column leaves out the SRL16E shift registers, which also sit in LUTs); entries are per direction (4 ways × 2^BLOG2 buckets). "
           "Fmax: nextpnr-ecp5 on an ECP5-85 (LFE5U-85F) speed grade 6, out of context (no IO buffers, "
           "no global clock network: the AXI signals are not pins), one seed. A missing cell was not run "
           "or did not finish (see the seconds column).", "",
@@ -199,12 +205,15 @@ def main():
           "directions at once), bounded by the 10G line (14.88 Mpps); but it holds 1k–16k entries, "
           "not millions: the XDP program stays the path for everything the daemon does not install.", "",
           "What an open-FPGA Fmax does and does not tell about a 16 nm part: the ECP5 is a 40 nm "
-          "LUT4 family; nextpnr's figure says the pipeline has no long combinational path that a "
-          "slower fabric cannot close, and which path is critical. It does not predict a Zynq "
+          "LUT4 family; nextpnr's figure says whether the pipeline's longest register-to-register "
+          "path closes at 156.25 MHz on a slow, small-LUT fabric with open tools, and which path is critical. It does not predict a Zynq "
           "UltraScale+ (16 nm, LUT6, faster carry chains and block RAM, Vivado's placer and timing "
           "models): that part usually runs the same RTL markedly faster, but only Vivado's timing "
           "report on that part says by how much. It also leaves out IO and clock-network timing "
           "(out of context here) and routing congestion at larger tables.", "", END, ""]
+    notes = os.path.join(d, "notes.txt")  # what the run itself cannot know (written by hand)
+    if os.path.exists(notes):
+        L[-3:-3] = ["Run notes: " + open(notes).read().strip(), ""]
     p = os.path.join(ROOT, "docs", "HARDWARE.md")
     doc = open(p).read()
     sec = "\n".join(L)
