@@ -213,7 +213,7 @@ def main():
           "(out of context here) and routing congestion at larger tables.", "", END, ""]
     notes = os.path.join(d, "notes.txt")  # what the run itself cannot know (written by hand)
     if os.path.exists(notes):
-        L[-3:-3] = ["Run notes: " + open(notes).read().strip(), ""]
+        L[-3:-3] = ["", "Run notes: " + open(notes).read().strip()]
     p = os.path.join(ROOT, "docs", "HARDWARE.md")
     doc = open(p).read()
     sec = "\n".join(L)
