@@ -71,6 +71,16 @@ def fmax(d, blog2):
     return float(got[-1][1]) if got else None
 
 
+def util(d, blog2):
+    p = os.path.join(d, "pnr_ecp5_%d.log" % blog2)
+    if not os.path.exists(p):
+        return None
+    got = dict(re.findall(r"Info:\s+(TRELLIS_COMB|TRELLIS_FF|DP16KD):\s+\d+/\s*\d+\s+(\d+)%", open(p).read()))
+    if not got:
+        return None
+    return "; ECP5-85: %s%% COMB, %s%% FF, %s%% DP16KD" % (got.get("TRELLIS_COMB", "?"), got.get("TRELLIS_FF", "?"), got.get("DP16KD", "?"))
+
+
 def secs(d, name):
     p = os.path.join(d, "time_%s.txt" % name)
     return int(open(p).read()) if os.path.exists(p) else None
@@ -188,6 +198,9 @@ def main():
             t = secs(d, "%s_%d" % (fam, b))
             fm = fmax(d, b) if fam == "ecp5" else None
             tp = secs(d, "pnr_%d" % b) if fam == "ecp5" else None
+            u = util(d, b) if fam == "ecp5" else None
+            if s and u:
+                s = s[:3] + (s[3] + u,)
             if s is None and t is None:
                 continue
             L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
