@@ -227,7 +227,7 @@ def main():
           "Beside natrix's XDP data plane (docs/PERFORMANCE.md, `make bench`): an established packet costs "
           "218 ns (one hot flow) to 498–606 ns (random flow among 1M–10M connections) of one CPU core "
           "end to end, i.e. 1.6–4.6 Mpps per core. The core takes a minimum frame every ~8 cycles per "
-          "direction (~19.5 Mpps per direction, ~51 ns per frame per direction at 156.25 MHz, both "
+          "direction (~19.5 Mpps per direction, ~51 ns per frame per direction if it closed timing at 156.25 MHz, both "
           "directions at once), bounded by the 10G line (14.88 Mpps); but it holds 1k–16k entries, "
           "not millions: the XDP program stays the path for everything the daemon does not install.", "",
           "What an open-FPGA Fmax does and does not tell about a 16 nm part: the ECP5 is a 40 nm "
