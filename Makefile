@@ -32,6 +32,11 @@ bench: build deps-bench ## benchmarks: bench-results/, docs/PERFORMANCE.md (BENC
 hw-test: deps-hw ## the RTL under hw/: proofs, simulations against the C (docs/HARDWARE.md)
 	hw/run-tests.sh
 
+.PHONY: bench-hw
+bench-hw: ## the RTL core's numbers: Verilator cycles, Yosys size, nextpnr Fmax -> docs/HARDWARE.md (BENCH_QUICK=1: 1k only)
+	hw/bench/deps.sh
+	hw/bench/bench.sh
+
 lint: deps deps-lint ## formatting, clippy -D warnings, clang-format (CI runs it)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
