@@ -85,21 +85,21 @@ static __always_inline void nx_cap_rx(struct xdp_md *ctx)
 }
 
 /* The exit of the capture body and of the slow path (which both the plain fast path and
- * the capture body reach): count the verdict's reason, as nx_exit does; then, if this
+ * the capture body reach): nx_exit (the verdict's reason counted); then, if this
  * packet is being captured, on to the filter on its sent form. If that slot is empty (the
  * capture just ended), the packet goes its way. */
 static __always_inline int nx_exit_cap(struct xdp_md *ctx, nx_verdict v)
 {
 	struct nx_cap_buf *b = nx_cap_buf_get();
+	int act = nx_exit(ctx, v);
 
-	nx_count(NX_VERDICT_WHY(v));
 	if (b && b->armed) {
 		b->armed = 0;
 		b->verdict = v;
 		bpf_tail_call(ctx, &nx_progs, NX_PROG_CAP_TX);
 		b->stage_fail++;
 	}
-	return NX_VERDICT_ACT(v);
+	return act;
 }
 
 static __always_inline int nx_cap_selected(struct nx_cap_ctl *c, __u32 ifindex)
