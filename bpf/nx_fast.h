@@ -143,8 +143,18 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	sk.rem_port = p.dport ? *p.dport : 0;
 	sk.proto = p.proto;
 	s = nx_sess_lookup_fast(cfg, &sk);
-	if (!s || (s->flags & NX_SF_PERMIT) || !s->out_ip)
-		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, !s);
+	if (!s) {
+		/* A connection may be opening: start fetching the lines the slow path's walk
+		 * reads (the home block word, the walk's first port word) now, while the
+		 * session line's miss may still be in flight, not after the tail call and the
+		 * second parse (docs/design/performance-notebook.md, R38). */
+		if (nx_may_create(&p) && !cfg->det_count)
+			nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p.proto),
+					 bpf_ntohs(sk.in_port));
+		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, 1);
+	}
+	if ((s->flags & NX_SF_PERMIT) || !s->out_ip)
+		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, 0);
 	nx_sess_touch(cfg, s, p.proto, p.tcp_flags, NX_DIR_OUT, nx_now_tick(cfg));
 	if (cfg->filtering == NX_FILTER_ADF && p.proto != IPPROTO_ICMP)
 		nx_permit_address(&sk, s->expire);

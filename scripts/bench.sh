@@ -422,29 +422,31 @@ if [[ $GATEWAYS == *nft* ]]; then
 	((b > CT_BUCKETS_OLD)) && sysctl -qw net.netfilter.nf_conntrack_buckets=$b
 fi
 
-# cost BENCH RAW LABEL: the per-packet cost and memory of the data plane BENCH (a natrix-bench)
-# embeds, its summary printed with LABEL
+# cost RAW LABEL BENCH...: the per-packet cost and memory of the data plane the command
+# BENCH... (a natrix-bench, or an older natrix's `natrix bench`) embeds, its summary printed
+# with LABEL
 cost() {
-	in_ns "$(gwns natrix)" taskset -c $CPU "$1" cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
-		--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$2" 2>>"$LOG" >/dev/null
+	local raw=$1 label=$2
+	shift 2
+	in_ns "$(gwns natrix)" taskset -c $CPU "$@" cost --sessions "$COST_SESSIONS" --reps $COST_REPS \
+		--repeat $COST_REPEAT --alloc-max $ALLOC_MAX --out "$raw" 2>>"$LOG" >/dev/null
 	$PY -c 'import json,sys
 for l in open(sys.argv[1]):
     r=json.loads(l)
     if r["kind"]=="cost":
-        n=r["ns"]; print("  %s %9d sessions (hot/random): fwd %5.0f/%5.0f ns, out %5.0f/%5.0f ns, in %5.0f/%5.0f ns, new %5.0f ns, %5.1f B/session" % (sys.argv[2], r["sessions"], n["fwd"]["hot"], n["fwd"]["random"], n["est_out"]["hot"], n["est_out"]["random"], n["est_in"]["hot"], n["est_in"]["random"], n["new_flow"]["at_n"], r["memory"]["bytes_per_session"]))' "$2" "$3" | tee -a "$LOG" >&2
+        n=r["ns"]; print("  %s %9d sessions (hot/random): fwd %5.0f/%5.0f ns, out %5.0f/%5.0f ns, in %5.0f/%5.0f ns, new %5.0f ns, %5.1f B/session" % (sys.argv[2], r["sessions"], n["fwd"]["hot"], n["fwd"]["random"], n["est_out"]["hot"], n["est_out"]["random"], n["est_in"]["hot"], n["est_in"]["random"], n["new_flow"]["at_n"], r["memory"]["bytes_per_session"]))' "$raw" "$label" | tee -a "$LOG" >&2
 }
 if [[ $BENCH_ONLY == cost ]]; then
 	gen_of natrixref
-	[[ -z $NATRIX_REF || ${#GENCMD[@]} == 1 ]] || { echo "bench: BENCH_ONLY=cost needs natrix-bench beside NATRIX_REF" >&2; exit 1; }
 	for r in $(seq 1 "${BENCH_ROUNDS:-3}"); do
 		say "per-packet cost, round $r: this build${NATRIX_REF:+, then the reference}"
-		cost "$NATRIX_BENCH" "$OUT/cost-this-$r.jsonl" this
-		[[ -n $NATRIX_REF ]] && cost "${GENCMD[0]}" "$OUT/cost-ref-$r.jsonl" "ref "
+		cost "$OUT/cost-this-$r.jsonl" this "$NATRIX_BENCH"
+		[[ -n $NATRIX_REF ]] && cost "$OUT/cost-ref-$r.jsonl" "ref " "${GENCMD[@]}"
 	done
 	exit 0
 fi
 [[ -z $BENCH_ONLY ]] && say "per-packet cost (BPF_PROG_TEST_RUN) and memory: sessions $COST_SESSIONS"
-[[ -z $BENCH_ONLY ]] && cost "$NATRIX_BENCH" "$RAW" ""
+[[ -z $BENCH_ONLY ]] && cost "$RAW" "" "$NATRIX_BENCH"
 
 # logbench RAW: NAT event logging in natrix's namespace (bench/src/logcost.rs,
 # logvolume.rs): what it costs per packet, logging off, on and with session events beside
