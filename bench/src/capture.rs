@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 
-use super::attach::{open_sink, sink_count};
-use super::e2e::{establish, provision_natrix, sink_wait};
+use super::attach::sink_count;
+use super::e2e::{establish, provision_natrix, sink_wait, PathArgs};
 use super::flow::{FlowSpec, Mode, Proto, SPORT_BASE, SUB_BASE};
 use super::gen::{GenReport, Generator};
 use super::sys;
@@ -44,18 +44,8 @@ pub enum Part {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CaptureArgs {
-    /// Generator's interface (in the current network namespace).
-    #[arg(long)]
-    pub dev: String,
-    /// A veth that stays down, to park the generator on (see `e2e --park-dev`).
-    #[arg(long)]
-    pub park_dev: Option<String>,
-    /// MAC address of natrix's inside interface.
-    #[arg(long)]
-    pub dst_mac: String,
-    /// Pin directory of the sink behind natrix.
-    #[arg(long)]
-    pub sink_pin: PathBuf,
+    #[command(flatten)]
+    pub path: PathArgs,
     /// natrix's pin directory (daemon.pin_path): the capture's --pin.
     #[arg(long)]
     pub natrix_pin: PathBuf,
@@ -583,13 +573,9 @@ pub fn run(a: &CaptureArgs) -> Result<()> {
         subs: a.subs,
         flows: a.flows,
         mode: Mode::Cycle,
-        dmac: sys::parse_mac(&a.dst_mac)?,
-        smac: sys::mac_of(&a.dev)?,
         ..Default::default()
     };
-    base.validate()?;
-    let sink = open_sink(&a.sink_pin)?;
-    let mut g = Generator::new(&a.dev, &base, a.park_dev.as_deref())?;
+    let (base, sink, mut g) = a.path.open(base)?;
     provision_natrix(&mut g, &base, &a.natrix_pin, &sink).context("provisioning subscribers")?;
     let fill = establish(&mut g, &base, &sink)?;
     anyhow::ensure!(fill.complete, "natrix did not take every flow: {fill:?}");

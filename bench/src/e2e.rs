@@ -17,11 +17,13 @@ use super::attach::{open_sink, sink_count};
 use super::flow::{FlowSpec, Mode, TcpFlags};
 use super::gen::Generator;
 use super::sys;
+use libbpf_rs::MapHandle;
 use natrix::tables::{stat_index, Tables};
 
-/// Everything that describes one measurement.
+/// The path a measurement sends through: the generator's interface, the gateway's MAC, the
+/// sink behind the gateway (`e2e` and `capture` alike).
 #[derive(Debug, Clone, clap::Args)]
-pub struct E2eArgs {
+pub struct PathArgs {
     /// Generator's interface (in the current network namespace).
     #[arg(long)]
     pub dev: String,
@@ -36,6 +38,25 @@ pub struct E2eArgs {
     /// Pin directory of the sink (natrix-bench attach sink).
     #[arg(long)]
     pub sink_pin: PathBuf,
+}
+
+impl PathArgs {
+    /// spec addressed along this path (its MACs filled in) and validated, the sink's
+    /// counters, and a generator on the path's interface.
+    pub fn open(&self, spec: FlowSpec) -> Result<(FlowSpec, MapHandle, Generator)> {
+        let spec = FlowSpec { dmac: sys::parse_mac(&self.dst_mac)?, smac: sys::mac_of(&self.dev)?, ..spec };
+        spec.validate()?;
+        let sink = open_sink(&self.sink_pin)?;
+        let g = Generator::new(&self.dev, &spec, self.park_dev.as_deref())?;
+        Ok((spec, sink, g))
+    }
+}
+
+/// Everything that describes one measurement.
+#[derive(Debug, Clone, clap::Args)]
+pub struct E2eArgs {
+    #[command(flatten)]
+    pub path: PathArgs,
     /// What is being measured, for the report (natrix, nft, kernel, xdpfwd).
     #[arg(long)]
     pub gateway: String,
@@ -178,13 +199,9 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
         flow_base: a.flow_base,
         mode: a.mode,
         dir: super::flow::Dir::Out,
-        dmac: sys::parse_mac(&a.dst_mac)?,
-        smac: sys::mac_of(&a.dev)?,
         ..Default::default()
     };
-    spec.validate()?;
-    let sink = open_sink(&a.sink_pin)?;
-    let mut g = Generator::new(&a.dev, &spec, a.park_dev.as_deref())?;
+    let (spec, sink, mut g) = a.path.open(spec)?;
     if let Some(pin) = &a.natrix_pin {
         provision_natrix(&mut g, &spec, pin, &sink).context("provisioning subscribers")?;
     }
@@ -238,7 +255,7 @@ pub fn run(a: &E2eArgs) -> Result<serde_json::Value> {
     let rec = json!({
         "kind": "e2e",
         // the generator was parked (Generator::park): no RCU wait per test run
-        "parked": a.park_dev.is_some(),
+        "parked": a.path.park_dev.is_some(),
         "gateway": a.gateway,
         "case": a.case,
         "round": a.round,

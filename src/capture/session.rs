@@ -129,6 +129,12 @@ fn open_pin(pin: &Path, name: &str) -> Result<MapHandle, CaptureError> {
     })
 }
 
+/// The capture's settings word (nx_cap_ctl's one entry); all zero when unset.
+fn read_ctl(ctl: &MapHandle) -> Result<nx_cap_ctl, CaptureError> {
+    let v = ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).map_err(bpf("reading nx_cap_ctl"))?;
+    Ok(v.map(|b| bytemuck::pod_read_unaligned(&b)).unwrap_or_default())
+}
+
 fn map_id(m: &MapHandle) -> u32 {
     m.info().map(|i| i.info.id).unwrap_or(0)
 }
@@ -147,8 +153,7 @@ impl Pins {
     }
 
     fn read_ctl(&self) -> Result<nx_cap_ctl, CaptureError> {
-        let v = self.ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).map_err(bpf("reading nx_cap_ctl"))?;
-        Ok(v.map(|b| bytemuck::pod_read_unaligned(&b)).unwrap_or_default())
+        read_ctl(&self.ctl)
     }
 
     fn write_ctl(&self, c: &nx_cap_ctl) -> Result<(), CaptureError> {
@@ -277,12 +282,7 @@ fn uninstall(progs: &MapHandle) {
 /// the capture lock of `pin` but nx_cap_ctl names an owner. Called by the daemon at each
 /// sweep. Returns the dead capture's pid when it removed something.
 pub fn remove_orphaned(pin: &Path) -> Result<Option<u32>, CaptureError> {
-    let ctl_map = open_pin(pin, "nx_cap_ctl")?;
-    let read = |m: &MapHandle| -> Result<nx_cap_ctl, CaptureError> {
-        let v = m.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).map_err(bpf("reading nx_cap_ctl"))?;
-        Ok(v.map(|b| bytemuck::pod_read_unaligned(&b)).unwrap_or_default())
-    };
-    if read(&ctl_map)?.owner == 0 {
+    if read_ctl(&open_pin(pin, "nx_cap_ctl")?)?.owner == 0 {
         return Ok(None);
     }
     let Some(_lock) = try_lock(pin)? else { return Ok(None) };
