@@ -199,18 +199,25 @@ static __always_inline struct nx_map *nx_map_find(struct nx_config *cfg, struct 
 	return nx_home_result(nx_home_map(mk->in_ip, pp, 0));
 }
 
+/* The key in nx_tab_locks of the lock stripe of the inside endpoint whose home hash
+ * (nx_home_hash) is h: dynamic mode makes an endpoint's mapping under it (nx_nat.h). */
+static __always_inline __u32 nx_ep_lock_key(__u64 h)
+{
+	return NX_TAB_LOCKS + ((__u32)h & (NX_EP_LOCKS - 1));
+}
+
 /* Called as soon as the session lookup of an outbound packet that may open a connection
- * misses: plain loads, whose values nothing waits for, of the subscriber's home block word
- * and of the port word its walk starts at. Both follow from the packet alone, so the CPU
- * issues the misses now, beside the session line's, and finds them (nearly) in the cache
- * when the walk needs them (docs/design/performance-notebook.md, R18, R25, R29). No effect on
- * state. */
+ * misses: plain loads, whose values nothing waits for, of the subscriber's home block word,
+ * of the port word its walk starts at and of the endpoint's lock stripe. All follow from
+ * the packet alone, so the CPU issues the misses now, beside the session line's, and finds
+ * them (nearly) in the cache when the slow path needs them (docs/design/
+ * performance-notebook.md, R18, R25, R29, R38). No effect on state. */
 static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, __u32 pidx,
 					     __u16 in_port_h)
 {
-	__u32 idx, first, bs = cfg->block_size, a, j, gid, pp;
+	__u32 idx, first, bs = cfg->block_size, a, j, gid, pp, key, *l, u;
 	__s64 home;
-	__u64 *w, v;
+	__u64 *w, v, h;
 
 	if (pidx >= NX_NPROTO || bs < 2 || !cfg->home_probe)
 		return;
@@ -225,12 +232,19 @@ static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, _
 	}
 	first = cfg->port_lo + j * bs;
 	pp = NX_PP(pidx, in_port_h);
+	h = nx_home_hash(cfg, sip, pp);
 	idx = nx_port_index(a, pidx, first) +
-	      nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, bs / 2, NX_DIV_BLOCK_PAIRS);
+	      nx_walk_start(cfg, h, pp, first, bs / 2, NX_DIV_BLOCK_PAIRS);
 	w = bpf_map_lookup_elem(&nx_ports, &idx);
 	if (w) {
 		v = *(volatile __u64 *)w;
 		asm volatile("" ::"r"(v));
+	}
+	key = nx_ep_lock_key(h);
+	l = bpf_map_lookup_elem(&nx_tab_locks, &key);
+	if (l) {
+		u = *(volatile __u32 *)l;
+		asm volatile("" ::"r"(u));
 	}
 }
 

@@ -64,7 +64,7 @@ static __always_inline int nx_may_create(struct nx_pkt *p)
  * NX_PP(protocol index, inside port): its endpoint's lock stripe. */
 static __always_inline __u32 *nx_ep_lock(struct nx_config *cfg, __u32 sip, __u32 pp)
 {
-	__u32 key = NX_TAB_LOCKS + ((__u32)nx_home_hash(cfg, sip, pp) & (NX_EP_LOCKS - 1));
+	__u32 key = nx_ep_lock_key(nx_home_hash(cfg, sip, pp));
 
 	return bpf_map_lookup_elem(&nx_tab_locks, &key);
 }
