@@ -102,16 +102,16 @@ module nx_core #(
 	logic [1:0] ev_valid;
 	logic [4:0] ev_reason [0:1];
 
-	logic wr, rdq, ar_pend;
+	logic wr, rdq, ar_pend, ar_pend2;
+	logic [31:0] cnt_q; // the addressed counter, a cycle before the data
 	logic [11:0] ar_addr;
-	logic [5:0] cidx; // the counter a read addresses
-	assign cidx = (ar_addr[7] ? 6'(NREASON) : 6'd0) + {1'b0, ar_addr[6:2]};
+	logic [5:0] cidx; // the counter a read addresses (computed with the address's register)
 	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
 	assign s_axil_rresp = 2'b00;
-	assign rdq = s_axil_arvalid && !s_axil_rvalid && !ar_pend;
+	assign rdq = s_axil_arvalid && !s_axil_rvalid && !ar_pend && !ar_pend2;
 	assign s_axil_arready = rdq;
 
 	wire [31:0] wd = s_axil_wdata;
@@ -125,6 +125,7 @@ module nx_core #(
 			s_axil_bvalid <= 1'b0;
 			s_axil_rvalid <= 1'b0;
 			ar_pend <= 1'b0;
+			ar_pend2 <= 1'b0;
 			r_enable <= 1'b0;
 			r_pool_base <= 32'd0;
 			r_pool_mask <= 32'hffffffff;
@@ -198,13 +199,19 @@ module nx_core #(
 				default: ;
 				endcase
 			end
-			// a read in two cycles: the address into a register, then the data
+			// a read in three cycles: the address into a register, the counter, the data
 			if (rdq) begin
 				ar_pend <= 1'b1;
 				ar_addr <= {s_axil_araddr[11:2], 2'b00};
+				cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
 			end
 			if (ar_pend) begin
 				ar_pend <= 1'b0;
+				ar_pend2 <= 1'b1;
+				cnt_q <= cnt[32 * cidx +: 32];
+			end
+			if (ar_pend2) begin
+				ar_pend2 <= 1'b0;
 				s_axil_rvalid <= 1'b1;
 				s_axil_rdata <= 32'd0;
 				case (ar_addr)
@@ -226,7 +233,7 @@ module nx_core #(
 				12'h0a4: s_axil_rdata <= act_word[act_dir];
 				default:
 					if (ar_addr[11:8] == 4'h2 && {1'b0, ar_addr[6:2]} < 6'(NREASON)) // 0x200..0x2ff: counters
-						s_axil_rdata <= cnt[32 * cidx +: 32];
+						s_axil_rdata <= cnt_q;
 				endcase
 			end
 		end

@@ -804,10 +804,11 @@ module nx_dir #(
 	logic [31:0] e_addr;
 	logic [6:0] e_poff, e_coff, e_poff1, e_coff1;
 	logic [3:0] ebeat;
-	logic e_cpu, e_fire, m_rdy, c_rdy;
-	logic [63:0] e_pdata;
+	logic e_cpu, e_fire, m_rdy, c_rdy, x_rdy;
+	logic [63:0] e_pval;  // each byte's patch value
+	logic [7:0] e_phit;   // the bytes patched
 
-	assign e_fire = cur_valid && d_valid && (e_cpu ? c_rdy : m_rdy);
+	assign e_fire = cur_valid && d_valid && x_rdy;
 	assign d_pop = e_fire;
 	assign meta_pop = m_valid && (!cur_valid || (e_fire && d_out[72]));
 
@@ -887,14 +888,34 @@ module nx_dir #(
 				v = v | e_l4c[7:0];
 				hit = 1'b1;
 			end
-			e_pdata[8*j +: 8] = hit ? v : d_out[8*j +: 8];
+			e_pval[8*j +: 8] = v;
+			e_phit[j] = hit;
 		end
 	end
 
-	// the outputs through register slices (their tready paths end at registers)
+	// The beat with its patch (values and byte selects: they do not depend on the beat's
+	// data) into a register slice; from there the patched beat to m_axis or the beat as it
+	// came to the CPU stream, each through a second register slice (all tready paths end at
+	// registers)
+	localparam int XW = 1 + 5 + 73 + 64 + 8;
+	logic [XW-1:0] x_q;
+	logic x_valid, x_cpu;
+	logic [4:0] x_rsn;
+	logic [72:0] x_d;
+	logic [63:0] x_pval, x_pdata;
+	logic [7:0] x_phit;
+	nx_slice #(.W(XW)) u_xslice (
+		.clk, .rst, .s_valid(cur_valid && d_valid), .s_data({e_cpu, e_reason, d_out, e_pval, e_phit}),
+		.s_ready(x_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
+	);
+	assign {x_cpu, x_rsn, x_d, x_pval, x_phit} = x_q;
+	always_comb
+		for (int j = 0; j < 8; j++)
+			x_pdata[8*j +: 8] = x_phit[j] ? x_pval[8*j +: 8] : x_d[8*j +: 8];
+
 	logic [72:0] m_q;
 	nx_slice #(.W(73)) u_mslice (
-		.clk, .rst, .s_valid(cur_valid && d_valid && !e_cpu), .s_data({d_out[72:64], e_pdata}),
+		.clk, .rst, .s_valid(x_valid && !x_cpu), .s_data({x_d[72:64], x_pdata}),
 		.s_ready(m_rdy), .m_valid(m_tvalid), .m_data(m_q), .m_ready(m_tready)
 	);
 	assign m_tdata = m_q[63:0];
@@ -903,7 +924,7 @@ module nx_dir #(
 
 	logic [77:0] c_q;
 	nx_slice #(.W(78)) u_cslice (
-		.clk, .rst, .s_valid(cur_valid && d_valid && e_cpu), .s_data({e_reason, d_out[72:0]}),
+		.clk, .rst, .s_valid(x_valid && x_cpu), .s_data({x_rsn, x_d}),
 		.s_ready(c_rdy), .m_valid(c_tvalid), .m_data(c_q), .m_ready(c_tready)
 	);
 	assign c_tdata = c_q[63:0];
