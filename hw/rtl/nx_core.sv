@@ -106,7 +106,11 @@ module nx_core #(
 	logic [31:0] cnt_q; // the addressed counter, a cycle before the data
 	logic [11:0] ar_addr;
 	logic [5:0] cidx; // the counter a read addresses (computed with the address's register)
-	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid;
+	// a write in two cycles: address and data into registers, then applied (and answered)
+	logic wr_q;
+	logic [31:0] wd;
+	logic [11:0] wa;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && !wr_q;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
@@ -114,8 +118,14 @@ module nx_core #(
 	assign rdq = s_axil_arvalid && !s_axil_rvalid && !ar_pend && !ar_pend2;
 	assign s_axil_arready = rdq;
 
-	wire [31:0] wd = s_axil_wdata;
-	wire [11:0] wa = {s_axil_awaddr[11:2], 2'b00};
+	always_ff @(posedge clk) begin
+		if (rst)
+			wr_q <= 1'b0;
+		else
+			wr_q <= wr;
+		wd <= s_axil_wdata;
+		wa <= {s_axil_awaddr[11:2], 2'b00};
+	end
 
 	always_ff @(posedge clk) begin
 		tw_en <= 2'b00;
@@ -140,7 +150,7 @@ module nx_core #(
 				s_axil_bvalid <= 1'b0;
 			if (s_axil_rvalid && s_axil_rready)
 				s_axil_rvalid <= 1'b0;
-			if (wr) begin
+			if (wr_q) begin
 				s_axil_bvalid <= 1'b1;
 				case (wa)
 				12'h008: r_enable <= wd[0];

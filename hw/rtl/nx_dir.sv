@@ -106,49 +106,67 @@ module nx_dir #(
 	// ---------------- ingress ----------------
 	logic [HB*8-1:0] hcap, hnext;
 	logic [12:0] bidx;
+	logic bfirst;               // the next beat is a frame's first
+	logic [HB/8-1:0] bsel;      // one-hot: the next beat is beat i of the header
 	logic [3:0] nbytes;
-	logic in_fire;
-	logic [DLOG2:0] dlevel;
-	logic [MLOG2+1:0] inflight;
+	logic in_fire, in_ready;
+	logic [DLOG2:0] dlevel, dlevel_n;
+	logic [MLOG2+1:0] inflight, inflight_n;
 	logic meta_pop;
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
 
-	assign s_tready = (dlevel < DDEPTH[DLOG2:0]) && (inflight < MDEPTH[MLOG2+1:0]);
-	assign in_fire = s_tvalid && s_tready;
+	// s_tready is a register: the same condition as on the FIFO's and the pipeline's
+	// current counts, computed a cycle ahead from their next values
+	assign s_tready = in_ready;
+	assign in_fire = s_tvalid && in_ready;
+	assign inflight_n = inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(meta_pop);
 
 	always_comb begin
 		nbytes = 4'd0;
 		for (int i = 0; i < 8; i++)
 			nbytes = nbytes + {3'd0, s_tkeep[i]};
-		hnext = (bidx == 13'd0) ? '0 : hcap;
+		hnext = bfirst ? '0 : hcap;
 		for (int i = 0; i < HB / 8; i++)
-			if (bidx == 13'(i))
+			if (bsel[i])
 				hnext[64*i +: 64] = s_tdata;
 	end
+
+	// the header of the frame whose last beat came in the cycle before: hcap itself (the
+	// next frame's first beat overwrites it only at the end of that cycle, when SA has
+	// taken what it needs)
+	assign p0_hdr = hcap;
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			bidx <= '0;
+			bfirst <= 1'b1;
+			bsel <= {{(HB/8-1){1'b0}}, 1'b1};
 			p0_valid <= 1'b0;
 			inflight <= '0;
+			in_ready <= 1'b1;
 		end else begin
 			p0_valid <= in_fire && s_tlast;
 			if (in_fire) begin
 				hcap <= hnext;
-				if (s_tlast)
+				if (s_tlast) begin
 					bidx <= '0;
-				else if (bidx != 13'h1fff)
-					bidx <= bidx + 1'b1;
+					bfirst <= 1'b1;
+					bsel <= {{(HB/8-1){1'b0}}, 1'b1};
+				end else begin
+					if (bidx != 13'h1fff)
+						bidx <= bidx + 1'b1;
+					bfirst <= 1'b0;
+					bsel <= bsel << 1;
+				end
 			end
-			inflight <= inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(meta_pop);
+			inflight <= inflight_n;
+			in_ready <= (dlevel_n < DDEPTH[DLOG2:0]) && (inflight_n < MDEPTH[MLOG2+1:0]);
 		end
-		if (in_fire && s_tlast) begin
-			p0_hdr <= hnext;
+		if (in_fire && s_tlast)
 			p0_len <= {bidx, 3'd0} + {12'd0, nbytes};
-		end
 	end
 
 	// data FIFO: {tlast, tkeep, tdata}
@@ -156,7 +174,7 @@ module nx_dir #(
 	logic [72:0] d_out;
 	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
 		.clk, .rst, .push(in_fire), .din({s_tlast, s_tkeep, s_tdata}),
-		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
+		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel), .level_n(dlevel_n)
 	);
 
 	// ---------------- SA: the transport header's position, partial sums ----------------
@@ -788,11 +806,11 @@ module nx_dir #(
 	localparam int MW = 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7;
 	logic m_valid;
 	logic [MW-1:0] m_out;
-	logic [MLOG2:0] mlevel;
+	logic [MLOG2:0] mlevel, mlevel_n;
 	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
 		.clk, .rst, .push(f_valid),
 		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport, f_poff, f_l4c, f_coff}),
-		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
+		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel), .level_n(mlevel_n)
 	);
 
 	// ---------------- egress ----------------
