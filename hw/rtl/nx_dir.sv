@@ -24,8 +24,9 @@
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
 //   egress    the data FIFO's beats with the metadata: the translated frame (MACs, TTL,
 //             address, port or identifier, both checksums patched in flight) to m_axis, or
-//             the frame unchanged to the CPU stream with its reason; both through register
-//             slices (tready ends at registers)
+//             the frame unchanged to the CPU stream with its reason; the patch (values and
+//             byte selects) registered with the beat in a first register slice, then the
+//             m or c stream's own slice (every tready ends at registers)
 //
 // Every block RAM's output goes straight into a register (the table's ways, the data
 // FIFO's second output register): its clock-to-out never adds to a path through logic.
