@@ -97,21 +97,35 @@ module nx_core #(
 	logic [15:0] act_idx;
 	logic act_dir;
 	logic [31:0] act_word [0:1];
-	logic [31:0] cnt [0:63];
+	localparam int NREASON = 17; // reasons 0 (translated) .. R_MTU
+	logic [2*NREASON*32-1:0] cnt; // direction d, reason r: bits 32 * (d * NREASON + r)
 	logic [1:0] ev_valid;
 	logic [4:0] ev_reason [0:1];
 
-	logic wr, rdq;
-	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid;
+	logic wr, rdq, ar_pend, ar_pend2;
+	logic [31:0] cnt_q; // the addressed counter, a cycle before the data
+	logic [11:0] ar_addr;
+	logic [5:0] cidx; // the counter a read addresses (computed with the address's register)
+	// a write in two cycles: address and data into registers, then applied (and answered)
+	logic wr_q;
+	logic [31:0] wd;
+	logic [11:0] wa;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && !wr_q;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
 	assign s_axil_rresp = 2'b00;
-	assign rdq = s_axil_arvalid && !s_axil_rvalid;
+	assign rdq = s_axil_arvalid && !s_axil_rvalid && !ar_pend && !ar_pend2;
 	assign s_axil_arready = rdq;
 
-	wire [31:0] wd = s_axil_wdata;
-	wire [11:0] wa = {s_axil_awaddr[11:2], 2'b00};
+	always_ff @(posedge clk) begin
+		if (rst)
+			wr_q <= 1'b0;
+		else
+			wr_q <= wr;
+		wd <= s_axil_wdata;
+		wa <= {s_axil_awaddr[11:2], 2'b00};
+	end
 
 	always_ff @(posedge clk) begin
 		tw_en <= 2'b00;
@@ -120,6 +134,8 @@ module nx_core #(
 		if (rst) begin
 			s_axil_bvalid <= 1'b0;
 			s_axil_rvalid <= 1'b0;
+			ar_pend <= 1'b0;
+			ar_pend2 <= 1'b0;
 			r_enable <= 1'b0;
 			r_pool_base <= 32'd0;
 			r_pool_mask <= 32'hffffffff;
@@ -134,7 +150,7 @@ module nx_core #(
 				s_axil_bvalid <= 1'b0;
 			if (s_axil_rvalid && s_axil_rready)
 				s_axil_rvalid <= 1'b0;
-			if (wr) begin
+			if (wr_q) begin
 				s_axil_bvalid <= 1'b1;
 				case (wa)
 				12'h008: r_enable <= wd[0];
@@ -193,10 +209,22 @@ module nx_core #(
 				default: ;
 				endcase
 			end
+			// a read in three cycles: the address into a register, the counter, the data
 			if (rdq) begin
+				ar_pend <= 1'b1;
+				ar_addr <= {s_axil_araddr[11:2], 2'b00};
+				cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
+			end
+			if (ar_pend) begin
+				ar_pend <= 1'b0;
+				ar_pend2 <= 1'b1;
+				cnt_q <= cnt[32 * cidx +: 32];
+			end
+			if (ar_pend2) begin
+				ar_pend2 <= 1'b0;
 				s_axil_rvalid <= 1'b1;
 				s_axil_rdata <= 32'd0;
-				case ({s_axil_araddr[11:2], 2'b00})
+				case (ar_addr)
 				12'h000: s_axil_rdata <= 32'h4e584857; // "NXHW"
 				12'h004: s_axil_rdata <= {8'd0, 8'(NH), 4'd0, 4'(WAYS), 8'(BLOG2)};
 				12'h008: s_axil_rdata <= {31'd0, r_enable};
@@ -214,36 +242,41 @@ module nx_core #(
 				12'h07c: s_axil_rdata <= {28'd0, rb[3:0]};
 				12'h0a4: s_axil_rdata <= act_word[act_dir];
 				default:
-					if (s_axil_araddr[11:8] == 4'h2) // 0x200..0x2ff: counters
-						s_axil_rdata <= cnt[s_axil_araddr[7:2]];
+					if (ar_addr[11:8] == 4'h2 && {1'b0, ar_addr[6:2]} < 6'(NREASON)) // 0x200..0x2ff: counters
+						s_axil_rdata <= cnt_q;
 				endcase
 			end
 		end
 	end
 
-	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated)
-	// one increment per direction and cycle: one adder each
-	logic [31:0] cnt_inc [0:1];
-	assign cnt_inc[0] = cnt[{1'b0, ev_reason[0]}] + 32'd1;
-	assign cnt_inc[1] = cnt[{1'b1, ev_reason[1]}] + 32'd1;
+	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated; the reasons above
+	// R_MTU never occur and read 0): each counter its own incrementer, enabled by the
+	// event's reason decoded into a register
+	logic [NREASON-1:0] cnt_hit [0:1];
 	always_ff @(posedge clk) begin
+		for (int d = 0; d < 2; d++)
+			for (int r = 0; r < NREASON; r++)
+				cnt_hit[d][r] <= ev_valid[d] && ev_reason[d] == 5'(r);
 		if (rst) begin
-			for (int i = 0; i < 64; i++)
-				cnt[i] <= 32'd0;
+			cnt <= '0;
 		end else begin
-			if (ev_valid[0])
-				cnt[{1'b0, ev_reason[0]}] <= cnt_inc[0];
-			if (ev_valid[1])
-				cnt[{1'b1, ev_reason[1]}] <= cnt_inc[1];
+			for (int d = 0; d < 2; d++)
+				for (int r = 0; r < NREASON; r++)
+					if (cnt_hit[d][r])
+						cnt[32 * (d * NREASON + r) +: 32] <= cnt[32 * (d * NREASON + r) +: 32] + 32'd1;
 		end
 	end
 
+	// the read-back bucket's way, into a register (the block RAM's output ends there)
+	logic [EW-1:0] rb_d;
 	always_comb begin
-		rb = '0;
+		rb_d = '0;
 		for (int w = 0; w < WAYS; w++)
 			if (tr_way == 4'(w))
-				rb = tr_data[tr_dir][EW*w +: EW];
+				rb_d = tr_data[tr_dir][EW*w +: EW];
 	end
+	always_ff @(posedge clk)
+		rb <= rb_d;
 
 	wire [EW-1:0] tw_data = {e_xport, e_xaddr, e_rport, e_raddr, e_kport, e_kaddr, e_ctl[3:2], e_ctl[1], e_ctl[0]};
 
@@ -288,7 +321,8 @@ module nx_core #(
 	);
 
 	// ---------------- the CPU port: round robin between the directions, per frame ----------------
-	logic lock, own, pref, sel;
+	// into a register slice: m_cpu_tready reaches registers only
+	logic lock, own, pref, sel, a_valid, a_ready;
 	always_comb begin
 		if (lock)
 			sel = own;
@@ -297,23 +331,29 @@ module nx_core #(
 		else
 			sel = c_tvalid[1] ? 1'b1 : 1'b0;
 	end
-	assign m_cpu_tvalid = c_tvalid[sel];
-	assign m_cpu_tdata = c_tdata[sel];
-	assign m_cpu_tkeep = c_tkeep[sel];
-	assign m_cpu_tlast = c_tlast[sel];
-	assign m_cpu_tuser = {sel, 2'b00, c_reason[sel]};
-	assign c_tready[0] = m_cpu_tready && sel == 1'b0;
-	assign c_tready[1] = m_cpu_tready && sel == 1'b1;
+	assign a_valid = c_tvalid[sel];
+	assign c_tready[0] = a_ready && sel == 1'b0;
+	assign c_tready[1] = a_ready && sel == 1'b1;
+
+	logic [80:0] cpu_q;
+	nx_slice #(.W(81)) u_cpu (
+		.clk, .rst, .s_valid(a_valid),
+		.s_data({sel, 2'b00, c_reason[sel], c_tlast[sel], c_tkeep[sel], c_tdata[sel]}),
+		.s_ready(a_ready), .m_valid(m_cpu_tvalid), .m_data(cpu_q), .m_ready(m_cpu_tready)
+	);
+	assign m_cpu_tdata = cpu_q[63:0];
+	assign m_cpu_tkeep = cpu_q[71:64];
+	assign m_cpu_tlast = cpu_q[72];
+	assign m_cpu_tuser = cpu_q[80:73];
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			lock <= 1'b0;
 			own <= 1'b0;
 			pref <= 1'b0;
-		end else if (m_cpu_tvalid) begin
-			// a beat once offered stays offered until taken: the choice holds from the
-			// first offered beat to the frame's last beat taken
-			if (m_cpu_tready && m_cpu_tlast) begin
+		end else if (a_valid) begin
+			// the choice holds from the first offered beat to the frame's last beat taken
+			if (a_ready && c_tlast[sel]) begin
 				lock <= 1'b0;
 				pref <= ~sel;
 			end else begin

@@ -6,18 +6,30 @@
 //   ingress   every beat goes into the data FIFO; the first 96 bytes are captured; at tlast
 //             the header and the frame's length enter the lookup pipeline (one packet per
 //             cycle, so back-to-back frames of any length never wait for it)
-//   SA        the transport header selected by IHL; the IPv4 header checksum's words in
-//             eight partial sums; the first half of the bucket hash
-//   S1        parse and validate Ethernet, IPv4 (lengths, fragments, TTL), TCP/UDP/ICMP;
-//             the key, the bucket hash
-//   S2        the bucket's WAYS entries, read in one access, compared; the outbound next
-//             hop; the header checksum folded and checked
-//   S3        the inbound next hop; the reason; the checksums' sums
-//   S4, S5    the folds (bpf/nx_csum.h's sequence, nx_rewrite then nx_redirect); the
-//             packet's metadata into the meta FIFO
+//   SA        the transport header selected by IHL; the IPv4 header checksum's words added
+//             in pairs; the hash key's port
+//   SB        the first half of the bucket hash; the pairs summed in four groups; the IPv4
+//             length checks
+//   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
+//             bucket hash (the bucket addresses the table)
+//   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
+//             checksum folded; the outbound next hop's prefix matches
+//   S3        the ways compared with the key; the first matching next hop (one-hot)
+//   S4        the hit way selected; the outbound next hop's fields
+//   S5        the reason up to the inbound route; the inbound next hop's prefix matches; the
+//             checksum differences
+//   S6..S10   the inbound next hop's first match (S6) and fields (S7); the reason (S8); the
+//             checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite then
+//             nx_redirect, one adder or fold per stage) in S6 to S10
+//   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
 //   egress    the data FIFO's beats with the metadata: the translated frame (MACs, TTL,
 //             address, port or identifier, both checksums patched in flight) to m_axis, or
-//             the frame unchanged to the CPU stream with its reason
+//             the frame unchanged to the CPU stream with its reason; the patch (values and
+//             byte selects) registered with the beat in a first register slice, then the
+//             m or c stream's own slice (every tready ends at registers)
+//
+// Every block RAM's output goes straight into a register (the table's ways, the data
+// FIFO's second output register): its clock-to-out never adds to a path through logic.
 //
 // Nothing is dropped: a frame the core does not translate goes to the CPU stream. s_tready
 // falls only when the data FIFO is full or META packets wait for their metadata to leave.
@@ -90,53 +102,72 @@ module nx_dir #(
 	localparam int MDEPTH = 1 << MLOG2;
 	localparam int AOFF = DIR == 0 ? 26 : 30; // the rewritten address: source out, destination in
 	localparam int HB = 96;                   // header bytes captured
+	localparam int AWORDS_P = ENTRIES / 32;   // 32-bit words of activity bits
 
 	// ---------------- ingress ----------------
 	logic [HB*8-1:0] hcap, hnext;
 	logic [12:0] bidx;
+	logic bfirst;               // the next beat is a frame's first
+	logic [HB/8-1:0] bsel;      // one-hot: the next beat is beat i of the header
 	logic [3:0] nbytes;
-	logic in_fire;
-	logic [DLOG2:0] dlevel;
-	logic [MLOG2+1:0] inflight;
+	logic in_fire, in_ready;
+	logic [DLOG2:0] dlevel, dlevel_n;
+	logic [MLOG2+1:0] inflight, inflight_n;
 	logic meta_pop;
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
 
-	assign s_tready = (dlevel < DDEPTH[DLOG2:0]) && (inflight < MDEPTH[MLOG2+1:0]);
-	assign in_fire = s_tvalid && s_tready;
+	// s_tready is a register: the same condition as on the FIFO's and the pipeline's
+	// current counts, computed a cycle ahead from their next values
+	assign s_tready = in_ready;
+	assign in_fire = s_tvalid && in_ready;
+	assign inflight_n = inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(meta_pop);
 
 	always_comb begin
 		nbytes = 4'd0;
 		for (int i = 0; i < 8; i++)
 			nbytes = nbytes + {3'd0, s_tkeep[i]};
-		hnext = (bidx == 13'd0) ? '0 : hcap;
+		hnext = bfirst ? '0 : hcap;
 		for (int i = 0; i < HB / 8; i++)
-			if (bidx == 13'(i))
+			if (bsel[i])
 				hnext[64*i +: 64] = s_tdata;
 	end
+
+	// the header of the frame whose last beat came in the cycle before: hcap itself (the
+	// next frame's first beat overwrites it only at the end of that cycle, when SA has
+	// taken what it needs)
+	assign p0_hdr = hcap;
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			bidx <= '0;
+			bfirst <= 1'b1;
+			bsel <= {{(HB/8-1){1'b0}}, 1'b1};
 			p0_valid <= 1'b0;
 			inflight <= '0;
+			in_ready <= 1'b1;
 		end else begin
 			p0_valid <= in_fire && s_tlast;
 			if (in_fire) begin
 				hcap <= hnext;
-				if (s_tlast)
+				if (s_tlast) begin
 					bidx <= '0;
-				else if (bidx != 13'h1fff)
-					bidx <= bidx + 1'b1;
+					bfirst <= 1'b1;
+					bsel <= {{(HB/8-1){1'b0}}, 1'b1};
+				end else begin
+					if (bidx != 13'h1fff)
+						bidx <= bidx + 1'b1;
+					bfirst <= 1'b0;
+					bsel <= bsel << 1;
+				end
 			end
-			inflight <= inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(meta_pop);
+			inflight <= inflight_n;
+			in_ready <= (dlevel_n < DDEPTH[DLOG2:0]) && (inflight_n < MDEPTH[MLOG2+1:0]);
 		end
-		if (in_fire && s_tlast) begin
-			p0_hdr <= hnext;
+		if (in_fire && s_tlast)
 			p0_len <= {bidx, 3'd0} + {12'd0, nbytes};
-		end
 	end
 
 	// data FIFO: {tlast, tkeep, tdata}
@@ -144,19 +175,19 @@ module nx_dir #(
 	logic [72:0] d_out;
 	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
 		.clk, .rst, .push(in_fire), .din({s_tlast, s_tkeep, s_tdata}),
-		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
+		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel), .level_n(dlevel_n)
 	);
 
 	// ---------------- SA: the transport header's position, partial sums ----------------
-	// (the first half of parsing: the IHL-dependent selection of the transport header, the
-	// header checksum's words in eight groups, the hash's first half)
+	// (the IHL-dependent selection of the transport header, the header checksum's words
+	// added in pairs, the hash key's port)
 	function automatic logic [7:0] hb(input logic [HB*8-1:0] h, input int k);
 		hb = h[8*k +: 8];
 	endfunction
 
 	logic [3:0] z_ihl;
 	logic [159:0] z_l4;
-	logic [18:0] z_psum [0:7];
+	logic [16:0] z_pair [0:14];
 	logic [15:0] z_kport;
 	logic [1:0] z_penc;
 	always_comb begin
@@ -165,12 +196,13 @@ module nx_dir #(
 		for (int i = 5; i < 16; i++)
 			if (z_ihl == 4'(i))
 				z_l4 = p0_hdr[8 * (14 + 4 * i) +: 160];
-		for (int g = 0; g < 8; g++) begin
-			z_psum[g] = 19'd0;
-			for (int k = 0; k < 4; k++)
-				if (4 * g + k < 30 && {1'b0, z_ihl, 1'b0} > 6'(4 * g + k))
-					z_psum[g] = z_psum[g] + {3'd0, hb(p0_hdr, 14 + 2 * (4 * g + k)),
-								 hb(p0_hdr, 15 + 2 * (4 * g + k))};
+		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL; 30 at most)
+		for (int m = 0; m < 15; m++) begin
+			z_pair[m] = 17'd0;
+			for (int k = 0; k < 2; k++)
+				if ({1'b0, z_ihl, 1'b0} > 6'(2 * m + k))
+					z_pair[m] = z_pair[m] + {1'b0, hb(p0_hdr, 14 + 2 * (2 * m + k)),
+								 hb(p0_hdr, 15 + 2 * (2 * m + k))};
 		end
 		case (hb(p0_hdr, 23))
 		8'd6: z_penc = nx_core_pkg::P_TCP;
@@ -186,8 +218,10 @@ module nx_dir #(
 	logic [HB*8-1:0] a_hdr;   // bytes 0..33 used (the rest is optimised away)
 	logic [15:0] a_len;
 	logic [159:0] a_l4;
-	logic [18:0] a_psum [0:7];
-	logic [31:0] a_h1;
+	logic [16:0] a_pair [0:14];
+	logic [15:0] a_kport;
+	logic [1:0] a_penc;
+	logic [31:0] a_kaddr;
 	always_ff @(posedge clk) begin
 		if (rst)
 			a_valid <= 1'b0;
@@ -196,50 +230,84 @@ module nx_dir #(
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
 		a_l4 <= z_l4;
-		for (int g = 0; g < 8; g++)
-			a_psum[g] <= z_psum[g];
-		a_h1 <= nx_core_pkg::nx_hash_a(DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
-						       : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)},
-					      z_kport, z_penc, seed);
+		for (int m = 0; m < 15; m++)
+			a_pair[m] <= z_pair[m];
+		a_kport <= z_kport;
+		a_penc <= z_penc;
+		a_kaddr <= DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
+				    : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)};
+	end
+
+	// ---------------- SB: the hash's first half, the sums in four groups, IPv4 checks ----------------
+	logic [3:0] y_ver, y_ihl;
+	logic [15:0] y_tot, y_hlen;
+	logic [18:0] y_grp [0:3];
+	logic y_bip;
+	always_comb begin
+		y_ver = a_hdr[8 * 14 + 4 +: 4];
+		y_ihl = a_hdr[8 * 14 +: 4];
+		y_hlen = {10'd0, y_ihl, 2'd0};
+		y_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
+		for (int g = 0; g < 4; g++)
+			y_grp[g] = ({2'd0, a_pair[4 * g]} + {2'd0, a_pair[4 * g + 1]}) +
+				   ({2'd0, a_pair[4 * g + 2]} + (g < 3 ? {2'd0, a_pair[(4 * g + 3) % 15]} : 19'd0));
+		y_bip = (a_len < 16'd34) || (y_ver != 4'd4) || (y_ihl < 4'd5) || (y_tot < y_hlen) ||
+			({16'd0, y_tot} + 32'd14 > {16'd0, a_len}) ||
+			(y_hlen + 16'd14 > a_len);  // and the checksum: S2 folds q_sum
+	end
+
+	logic b_valid;
+	logic [HB*8-1:0] b_hdr;
+	logic [15:0] b_len, b_l4len;
+	logic [159:0] b_l4;
+	logic [18:0] b_grp [0:3];
+	logic [31:0] b_h1;
+	logic b_bip;
+	always_ff @(posedge clk) begin
+		if (rst)
+			b_valid <= 1'b0;
+		else
+			b_valid <= a_valid;
+		b_hdr <= a_hdr;
+		b_len <= a_len;
+		b_l4 <= a_l4;
+		b_l4len <= y_tot - y_hlen;
+		for (int g = 0; g < 4; g++)
+			b_grp[g] <= y_grp[g];
+		b_h1 <= nx_core_pkg::nx_hash_a(a_kaddr, a_kport, a_penc, seed);
+		b_bip <= y_bip;
 	end
 
 	// ---------------- S1: parse ----------------
 
 	logic [47:0] q_dmac;
-	logic [15:0] q_etype, q_tot, q_fragw, q_ipc, q_hlen, q_l4len;
-	logic [3:0] q_ver, q_ihl;
+	logic [15:0] q_etype, q_tot, q_fragw, q_ipc, q_l4len;
+	logic [3:0] q_ihl;
 	logic [7:0] q_ttl, q_proto;
 	logic [31:0] q_sa, q_da, q_sum;
 	logic [159:0] q_l4;
 	logic [1:0] q_penc;
-	logic q_bip, q_bl4, q_icmp, q_tcpc;
+	logic q_bl4, q_icmp, q_tcpc;
 	logic [15:0] q_sport, q_dport, q_id, q_l4c, q_ulen;
 	logic [7:0] q_flags, q_type;
 	logic [6:0] q_l4off;
 	logic [31:0] q_hash;
 
 	always_comb begin
-		q_dmac = {hb(a_hdr, 0), hb(a_hdr, 1), hb(a_hdr, 2), hb(a_hdr, 3), hb(a_hdr, 4), hb(a_hdr, 5)};
-		q_etype = {hb(a_hdr, 12), hb(a_hdr, 13)};
-		q_ver = a_hdr[8 * 14 + 4 +: 4];
-		q_ihl = a_hdr[8 * 14 +: 4];
-		q_hlen = {10'd0, q_ihl, 2'd0};
-		q_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
-		q_fragw = {hb(a_hdr, 20), hb(a_hdr, 21)};
-		q_ttl = hb(a_hdr, 22);
-		q_proto = hb(a_hdr, 23);
-		q_ipc = {hb(a_hdr, 24), hb(a_hdr, 25)};
-		q_sa = {hb(a_hdr, 26), hb(a_hdr, 27), hb(a_hdr, 28), hb(a_hdr, 29)};
-		q_da = {hb(a_hdr, 30), hb(a_hdr, 31), hb(a_hdr, 32), hb(a_hdr, 33)};
-		q_sum = 32'd0;
-		for (int g = 0; g < 8; g++)
-			q_sum = q_sum + {13'd0, a_psum[g]};
-		q_bip = (a_len < 16'd34) || (q_ver != 4'd4) || (q_ihl < 4'd5) || (q_tot < q_hlen) ||
-			({16'd0, q_tot} + 32'd14 > {16'd0, a_len}) ||
-			(q_hlen + 16'd14 > a_len);  // and the checksum: S2 folds q_sum
-		q_l4 = a_l4;
+		q_dmac = {hb(b_hdr, 0), hb(b_hdr, 1), hb(b_hdr, 2), hb(b_hdr, 3), hb(b_hdr, 4), hb(b_hdr, 5)};
+		q_etype = {hb(b_hdr, 12), hb(b_hdr, 13)};
+		q_ihl = b_hdr[8 * 14 +: 4];
+		q_tot = {hb(b_hdr, 16), hb(b_hdr, 17)};
+		q_fragw = {hb(b_hdr, 20), hb(b_hdr, 21)};
+		q_ttl = hb(b_hdr, 22);
+		q_proto = hb(b_hdr, 23);
+		q_ipc = {hb(b_hdr, 24), hb(b_hdr, 25)};
+		q_sa = {hb(b_hdr, 26), hb(b_hdr, 27), hb(b_hdr, 28), hb(b_hdr, 29)};
+		q_da = {hb(b_hdr, 30), hb(b_hdr, 31), hb(b_hdr, 32), hb(b_hdr, 33)};
+		q_sum = ({13'd0, b_grp[0]} + {13'd0, b_grp[1]}) + ({13'd0, b_grp[2]} + {13'd0, b_grp[3]});
+		q_l4 = b_l4;
 		q_l4off = 7'd14 + {1'b0, q_ihl, 2'd0};
-		q_l4len = q_tot - q_hlen;
+		q_l4len = b_l4len;
 		q_sport = {q_l4[7:0], q_l4[15:8]};
 		q_dport = {q_l4[23:16], q_l4[31:24]};
 		q_ulen = {q_l4[39:32], q_l4[47:40]};
@@ -272,7 +340,7 @@ module nx_dir #(
 		end
 		default: ;
 		endcase
-		q_hash = nx_core_pkg::nx_hash_b(a_h1);
+		q_hash = nx_core_pkg::nx_hash_b(b_h1);
 	end
 
 	logic s1_valid;
@@ -289,11 +357,11 @@ module nx_dir #(
 		if (rst)
 			s1_valid <= 1'b0;
 		else
-			s1_valid <= a_valid;
+			s1_valid <= b_valid;
 		s1_dis <= !enable;
 		s1_nfu <= (q_dmac != my_mac) && !q_dmac[40]; // group addresses are for us (nx_for_us)
-		s1_nip <= (a_len < 16'd14) || (q_etype != 16'h0800);
-		s1_bip <= q_bip;
+		s1_nip <= (b_len < 16'd14) || (q_etype != 16'h0800);
+		s1_bip <= b_bip;
 		s1_pool <= DIR == 0 ? ((q_da & pool_mask) == pool_base) : ((q_da & pool_mask) != pool_base);
 		s1_ttl <= q_ttl <= 8'd1;
 		s1_frag <= q_fragw[13:0] != 14'd0;
@@ -342,7 +410,7 @@ module nx_dir #(
 		end
 	endgenerate
 
-	// ---------------- S2: compare the ways; outbound next hop ----------------
+	// ---------------- beside the table read: S1's fields one cycle on ----------------
 	logic s2_valid;
 	logic s2_dis, s2_nfu, s2_nip, s2_bip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc;
 	logic [1:0] s2_penc;
@@ -377,7 +445,8 @@ module nx_dir #(
 		s2_sum <= s1_sum;
 	end
 
-	// next-hop lookup: the lowest-numbered valid entry whose prefix holds the address
+
+	// ---------------- S2: the ways' entries into registers; outbound next-hop match ----------------
 	function automatic logic [4:0] nh_rsn(input logic found, input logic punt, input logic on_in);
 		if (!found)
 			nh_rsn = nx_core_pkg::R_NO_ROUTE;
@@ -389,67 +458,58 @@ module nx_dir #(
 			nh_rsn = nx_core_pkg::R_XLATE;
 	endfunction
 
-	logic c_hit;
-	logic [3:0] c_way;
-	logic [31:0] c_xaddr;
-	logic [15:0] c_xport;
-	logic r2_found, r2_punt, r2_in;
-	logic [47:0] r2_dmac, r2_smac;
+	// next-hop lookup in three steps, a register after each: the valid entries whose prefix
+	// holds the address; the lowest-numbered of them (one-hot); its fields
+	function automatic logic [NH-1:0] nh_match(input logic [31:0] a, input logic [NH-1:0] v,
+						    input logic [NH*32-1:0] ad, input logic [NH*32-1:0] mk);
+		for (int i = 0; i < NH; i++)
+			nh_match[i] = v[i] && ((a & mk[32*i +: 32]) == ad[32*i +: 32]);
+	endfunction
 
-	always_comb begin
-		c_hit = 1'b0;
-		c_way = 4'd0;
-		c_xaddr = 32'd0;
-		c_xport = 16'd0;
-		for (int w = WAYS - 1; w >= 0; w--) begin
-			if (rd[w][0] && rd[w][3:2] == s2_penc && rd[w][35:4] == s2_kaddr &&
-			    rd[w][51:36] == s2_kport &&
-			    (!rd[w][1] || (rd[w][83:52] == s2_raddr && rd[w][99:84] == s2_rport))) begin
-				c_hit = 1'b1;
-				c_way = 4'(w);
-				c_xaddr = rd[w][131:100];
-				c_xport = rd[w][147:132];
-			end
-		end
-		r2_found = 1'b0;
-		r2_punt = 1'b0;
-		r2_in = 1'b0;
-		r2_dmac = 48'd0;
-		r2_smac = 48'd0;
-		for (int i = NH - 1; i >= 0; i--) begin
-			if (nh_valid[i] && ((s2_da & nh_mask[32*i +: 32]) == nh_addr[32*i +: 32])) begin
-				r2_found = 1'b1;
-				r2_punt = nh_punt[i];
-				r2_in = nh_inside[i];
-				r2_dmac = nh_dmac[48*i +: 48];
-				r2_smac = nh_smac[48*i +: 48];
-			end
-		end
-	end
+	function automatic logic [NH-1:0] nh_first(input logic [NH-1:0] m);
+		for (int i = 0; i < NH; i++)
+			nh_first[i] = m[i] && (i == 0 ? 1'b1 : ((m & ((NH)'(1) << i) - (NH)'(1)) == '0));
+	endfunction
 
-	logic s3_valid;
-	logic s3_dis, s3_nfu, s3_nip, s3_bip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc;
-	logic [1:0] s3_penc;
-	logic [31:0] s3_kaddr, s3_xaddr;
-	logic [15:0] s3_kport, s3_xport, s3_tot, s3_ipc, s3_l4c;
-	logic [7:0] s3_ttl8, s3_proto8;
-	logic [6:0] s3_poff, s3_coff;
-	logic s3_hit;
-	logic [$clog2(ENTRIES)-1:0] s3_eidx;
-	logic r3_found, r3_punt, r3_in;
-	logic [47:0] r3_dmac, r3_smac;
+	localparam int RW = 3 + 48 + 48; // {found, punt, inside, dmac, smac}
+	function automatic logic [RW-1:0] nh_pick(input logic [NH-1:0] sel, input logic [NH-1:0] pu,
+						  input logic [NH-1:0] ins, input logic [NH*48-1:0] dm,
+						  input logic [NH*48-1:0] sm);
+		nh_pick = '0;
+		nh_pick[RW-1] = sel != '0;
+		for (int i = 0; i < NH; i++)
+			if (sel[i])
+				nh_pick = nh_pick | {1'b0, pu[i], ins[i], dm[48*i +: 48], sm[48*i +: 48]};
+	endfunction
 
+	localparam int EB = $clog2(ENTRIES);
+	logic [15:0] v_stage; // v_stage[k]: stage Sk (k >= 3) holds a packet
 	always_ff @(posedge clk) begin
 		if (rst)
-			s3_valid <= 1'b0;
+			v_stage <= '0;
 		else
-			s3_valid <= s2_valid;
-		{s3_dis, s3_nfu, s3_nip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc} <=
-			{s2_dis, s2_nfu, s2_nip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc};
-		s3_bip <= s2_bip || (nx_csum_pkg::nx_csum_fold(s2_sum) != 16'd0);
+			v_stage <= {v_stage[14:0], 1'b0} | {12'd0, s2_valid, 3'd0};
+	end
+
+	logic s3_dis, s3_nfu, s3_nip, s3_bip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc;
+	logic [1:0] s3_penc;
+	logic [31:0] s3_kaddr, s3_raddr;
+	logic [15:0] s3_kport, s3_rport, s3_tot, s3_ipc, s3_l4c;
+	logic [7:0] s3_ttl8, s3_proto8;
+	logic [6:0] s3_poff, s3_coff;
+	logic [BLOG2-1:0] s3_bucket;
+	logic [15:0] s3_ipf;
+	logic [EW-1:0] rq [0:WAYS-1];
+	logic [NH-1:0] n3_m;
+
+	always_ff @(posedge clk) begin
+		{s3_dis, s3_nfu, s3_nip, s3_bip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc} <=
+			{s2_dis, s2_nfu, s2_nip, s2_bip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc};
 		s3_penc <= s2_penc;
 		s3_kaddr <= s2_kaddr;
+		s3_raddr <= s2_raddr;
 		s3_kport <= s2_kport;
+		s3_rport <= s2_rport;
 		s3_tot <= s2_tot;
 		s3_ipc <= s2_ipc;
 		s3_l4c <= s2_l4c;
@@ -457,193 +517,301 @@ module nx_dir #(
 		s3_proto8 <= s2_proto8;
 		s3_poff <= s2_poff;
 		s3_coff <= s2_coff;
-		s3_hit <= c_hit;
-		s3_eidx <= ($clog2(ENTRIES))'(s2_bucket) * ($clog2(ENTRIES))'(WAYS) + ($clog2(ENTRIES))'(c_way);
-		s3_xaddr <= c_xaddr;
-		s3_xport <= c_xport;
-		r3_found <= r2_found;
-		r3_punt <= r2_punt;
-		r3_in <= r2_in;
-		r3_dmac <= r2_dmac;
-		r3_smac <= r2_smac;
+		s3_bucket <= s2_bucket;
+		s3_ipf <= nx_csum_pkg::nx_csum_fold(s2_sum);
+		for (int w = 0; w < WAYS; w++)
+			rq[w] <= rd[w];
+		n3_m <= DIR == 0 ? nh_match(s2_da, nh_valid, nh_addr, nh_mask) : '0;
 	end
 
-	// ---------------- S3: inbound next hop, checksums, the reason ----------------
-	logic x_found, x_punt, x_in;
-	logic [47:0] x_dmac, x_smac;
-	logic [4:0] x_rrsn, x_reason;
-	logic [31:0] x_dip, x_dport, x_tip, x_tl4, x_dttl;
-	logic [7:0] x_ttl;
-
+	// ---------------- S3: compare the ways; the header checksum's verdict ----------------
+	logic [WAYS-1:0] hv;
 	always_comb begin
-		x_found = r3_found;
-		x_punt = r3_punt;
-		x_in = r3_in;
-		x_dmac = r3_dmac;
-		x_smac = r3_smac;
-		if (DIR == 1) begin
-			x_found = 1'b0;
-			x_punt = 1'b0;
-			x_in = 1'b0;
-			x_dmac = 48'd0;
-			x_smac = 48'd0;
-			for (int i = NH - 1; i >= 0; i--) begin
-				if (nh_valid[i] && ((s3_xaddr & nh_mask[32*i +: 32]) == nh_addr[32*i +: 32])) begin
-					x_found = 1'b1;
-					x_punt = nh_punt[i];
-					x_in = nh_inside[i];
-					x_dmac = nh_dmac[48*i +: 48];
-					x_smac = nh_smac[48*i +: 48];
-				end
+		for (int w = 0; w < WAYS; w++)
+			hv[w] = rq[w][0] && rq[w][3:2] == s3_penc && rq[w][35:4] == s3_kaddr &&
+				rq[w][51:36] == s3_kport &&
+				(!rq[w][1] || (rq[w][83:52] == s3_raddr && rq[w][99:84] == s3_rport));
+	end
+
+	logic s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc;
+	logic [1:0] s4_penc;
+	logic [31:0] s4_kaddr;
+	logic [15:0] s4_kport, s4_tot, s4_ipc, s4_l4c;
+	logic [7:0] s4_ttl8, s4_proto8;
+	logic [6:0] s4_poff, s4_coff;
+	logic [BLOG2-1:0] s4_bucket;
+	logic [WAYS-1:0] s4_hv;
+	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
+	logic [NH-1:0] n4_sel;
+
+	always_ff @(posedge clk) begin
+		{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc} <=
+			{s3_dis, s3_nfu, s3_nip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc};
+		s4_bip <= s3_bip || (s3_ipf != 16'd0);
+		s4_penc <= s3_penc;
+		s4_kaddr <= s3_kaddr;
+		s4_kport <= s3_kport;
+		s4_tot <= s3_tot;
+		s4_ipc <= s3_ipc;
+		s4_l4c <= s3_l4c;
+		s4_ttl8 <= s3_ttl8;
+		s4_proto8 <= s3_proto8;
+		s4_poff <= s3_poff;
+		s4_coff <= s3_coff;
+		s4_bucket <= s3_bucket;
+		s4_hv <= hv;
+		for (int w = 0; w < WAYS; w++)
+			s4_x[w] <= rq[w][147:100];
+		n4_sel <= nh_first(n3_m);
+	end
+
+	// ---------------- S4: the hit way (the lowest-numbered); the outbound next hop's fields ----------------
+	logic [WAYS-1:0] c_first;
+	logic [47:0] c_x;
+	logic [3:0] c_way;
+	always_comb begin
+		c_x = 48'd0;
+		c_way = 4'd0;
+		for (int w = 0; w < WAYS; w++) begin
+			c_first[w] = s4_hv[w] && (w == 0 ? 1'b1 : ((s4_hv & ((WAYS)'(1) << w) - (WAYS)'(1)) == '0));
+			if (c_first[w]) begin
+				c_x = c_x | s4_x[w];
+				c_way = c_way | 4'(w);
 			end
 		end
-		x_rrsn = nh_rsn(x_found, x_punt, x_in);
+	end
 
-		// nx_rewrite: the address into the IP checksum, address and port into TCP/UDP's,
-		// the identifier alone into ICMP's; then nx_redirect: the TTL word. Each
-		// nx_csum_apply(sum, diff) = nx_csum_fold(~sum + diff) is split at a register: the
-		// sum here (S3), the fold in S4; the TTL word's apply in S4 and S5.
-		x_dip = nx_csum_pkg::nx_csum_diff4(s3_kaddr, s3_xaddr);
-		x_dport = nx_csum_pkg::nx_csum_diff2(s3_kport, s3_xport);
-		x_ttl = s3_ttl8 - 8'd1;
-		x_tip = {16'd0, ~s3_ipc} + x_dip;
-		x_tl4 = {16'd0, ~s3_l4c} + (s3_penc == nx_core_pkg::P_ICMP ? x_dport : x_dip + x_dport);
-		x_dttl = nx_csum_pkg::nx_csum_diff2({s3_ttl8, s3_proto8}, {x_ttl, s3_proto8});
+	logic s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc;
+	logic [1:0] s5_penc;
+	logic [31:0] s5_kaddr, s5_xaddr;
+	logic [15:0] s5_kport, s5_xport, s5_tot, s5_ipc, s5_l4c;
+	logic [7:0] s5_ttl8, s5_proto8;
+	logic [6:0] s5_poff, s5_coff;
+	logic s5_hit;
+	logic [EB-1:0] s5_eidx;
+	logic [RW-1:0] r5;
 
-		if (s3_dis) x_reason = nx_core_pkg::R_DISABLED;
-		else if (s3_nfu) x_reason = nx_core_pkg::R_NOT_FOR_US;
-		else if (s3_nip) x_reason = nx_core_pkg::R_NOT_IPV4;
-		else if (s3_bip) x_reason = nx_core_pkg::R_BAD_IP;
-		else if (s3_pool) x_reason = DIR == 0 ? nx_core_pkg::R_HAIRPIN : nx_core_pkg::R_NOT_POOL;
-		else if (DIR == 0 && x_rrsn != nx_core_pkg::R_XLATE) x_reason = x_rrsn;
-		else if (s3_ttl) x_reason = nx_core_pkg::R_TTL;
-		else if (s3_frag) x_reason = nx_core_pkg::R_FRAGMENT;
-		else if (s3_proto) x_reason = nx_core_pkg::R_PROTO;
-		else if (s3_bl4) x_reason = nx_core_pkg::R_BAD_L4;
-		else if (s3_icmp) x_reason = nx_core_pkg::R_ICMP;
-		else if (s3_tcpc) x_reason = nx_core_pkg::R_TCP_CTRL;
-		else if (!s3_hit) x_reason = nx_core_pkg::R_MISS;
-		else if (DIR == 1 && x_rrsn != nx_core_pkg::R_XLATE) x_reason = x_rrsn;
-		else if (s3_tot > mtu) x_reason = nx_core_pkg::R_MTU;
+	always_ff @(posedge clk) begin
+		{s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc} <=
+			{s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
+		s5_penc <= s4_penc;
+		s5_kaddr <= s4_kaddr;
+		s5_kport <= s4_kport;
+		s5_tot <= s4_tot;
+		s5_ipc <= s4_ipc;
+		s5_l4c <= s4_l4c;
+		s5_ttl8 <= s4_ttl8;
+		s5_proto8 <= s4_proto8;
+		s5_poff <= s4_poff;
+		s5_coff <= s4_coff;
+		s5_hit <= s4_hv != '0;
+		s5_xaddr <= c_x[31:0];
+		s5_xport <= c_x[47:32];
+		s5_eidx <= EB'(s4_bucket) * EB'(WAYS) + EB'(c_way);
+		r5 <= DIR == 0 ? nh_pick(n4_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+	end
+
+	// ---------------- S5: the reason but for the inbound route and the MTU; the inbound
+	// next hop's match; the checksum differences ----------------
+	// nx_rewrite: the address into the IP checksum, address and port into TCP/UDP's, the
+	// identifier alone into ICMP's; then nx_redirect: the TTL word. Each
+	// nx_csum_apply(sum, diff) = nx_csum_fold(~sum + diff) is spread over the registers:
+	// the differences (S5; diff4 as the sum of its halves' diff2), their sums (S6), the
+	// sums with ~checksum (S7), the folds (S8), the TTL word's apply (S9, S10).
+	logic [4:0] x_ra;
+	logic [31:0] x_dlo, x_dhi, x_dport, x_dttl;
+	logic [7:0] x_ttl;
+	always_comb begin
+		logic [4:0] rr;
+		rr = nh_rsn(r5[RW-1], r5[RW-2], r5[RW-3]);
+		if (s5_dis) x_ra = nx_core_pkg::R_DISABLED;
+		else if (s5_nfu) x_ra = nx_core_pkg::R_NOT_FOR_US;
+		else if (s5_nip) x_ra = nx_core_pkg::R_NOT_IPV4;
+		else if (s5_bip) x_ra = nx_core_pkg::R_BAD_IP;
+		else if (s5_pool) x_ra = DIR == 0 ? nx_core_pkg::R_HAIRPIN : nx_core_pkg::R_NOT_POOL;
+		else if (DIR == 0 && rr != nx_core_pkg::R_XLATE) x_ra = rr;
+		else if (s5_ttl) x_ra = nx_core_pkg::R_TTL;
+		else if (s5_frag) x_ra = nx_core_pkg::R_FRAGMENT;
+		else if (s5_proto) x_ra = nx_core_pkg::R_PROTO;
+		else if (s5_bl4) x_ra = nx_core_pkg::R_BAD_L4;
+		else if (s5_icmp) x_ra = nx_core_pkg::R_ICMP;
+		else if (s5_tcpc) x_ra = nx_core_pkg::R_TCP_CTRL;
+		else if (!s5_hit) x_ra = nx_core_pkg::R_MISS;
+		else x_ra = nx_core_pkg::R_XLATE;
+		x_dlo = nx_csum_pkg::nx_csum_diff2(s5_kaddr[15:0], s5_xaddr[15:0]);
+		x_dhi = nx_csum_pkg::nx_csum_diff2(s5_kaddr[31:16], s5_xaddr[31:16]);
+		x_dport = nx_csum_pkg::nx_csum_diff2(s5_kport, s5_xport);
+		x_ttl = s5_ttl8 - 8'd1;
+		x_dttl = nx_csum_pkg::nx_csum_diff2({s5_ttl8, s5_proto8}, {x_ttl, s5_proto8});
+	end
+
+	logic [4:0] s6_ra;
+	logic s6_mtu, s6_icmp;
+	logic [31:0] s6_dlo, s6_dhi, s6_dport, s6_dttl;
+	logic [15:0] s6_ipc, s6_l4c;
+	logic [NH-1:0] n6_m;
+	always_ff @(posedge clk) begin
+		s6_ra <= x_ra;
+		s6_mtu <= s5_tot > mtu;
+		s6_icmp <= s5_penc == nx_core_pkg::P_ICMP;
+		s6_dlo <= x_dlo;
+		s6_dhi <= x_dhi;
+		s6_dport <= x_dport;
+		s6_dttl <= x_dttl;
+		s6_ipc <= s5_ipc;
+		s6_l4c <= s5_l4c;
+		n6_m <= DIR == 1 ? nh_match(s5_xaddr, nh_valid, nh_addr, nh_mask) : '0;
+	end
+
+	// the fields that only ride along, S5 to S10: {ttl - 1, address, port, offsets, entry,
+	// UDP, no transport checksum}
+	localparam int CW = 8 + 32 + 16 + 7 + 7 + EB + 2;
+	logic [CW-1:0] k10;
+	nx_dly #(.W(CW), .N(5)) u_ride (
+		.clk, .d({x_ttl, s5_xaddr, s5_xport, s5_poff, s5_coff, s5_eidx,
+			  s5_penc == nx_core_pkg::P_UDP, s5_l4c == 16'd0}),
+		.q(k10)
+	);
+	logic [95:0] r10_out;  // the outbound next hop's MACs, S5 to S10
+	nx_dly #(.W(96), .N(5)) u_rmac (.clk, .d(r5[95:0]), .q(r10_out));
+
+	// S6: the differences' sums; the inbound next hop's first match
+	logic [4:0] s7_ra;
+	logic s7_mtu, s7_icmp;
+	logic [31:0] s7_dip, s7_dpp, s7_dhi, s7_dport, s7_dttl;
+	logic [15:0] s7_ipc, s7_l4c;
+	logic [NH-1:0] n7_sel;
+	always_ff @(posedge clk) begin
+		s7_ra <= s6_ra;
+		s7_mtu <= s6_mtu;
+		s7_icmp <= s6_icmp;
+		s7_dip <= s6_dlo + s6_dhi;   // nx_csum_diff4(key address, new address)
+		s7_dpp <= s6_dlo + s6_dport;
+		s7_dhi <= s6_dhi;
+		s7_dport <= s6_dport;
+		s7_dttl <= s6_dttl;
+		s7_ipc <= s6_ipc;
+		s7_l4c <= s6_l4c;
+		n7_sel <= nh_first(n6_m);
+	end
+
+	// S7: the sums with the old checksums; the inbound next hop's fields
+	logic [4:0] s8_ra;
+	logic s8_mtu;
+	logic [31:0] s8_tip, s8_dsum, s8_dttl;
+	logic [15:0] s8_l4c;
+	logic [RW-1:0] r8;
+	always_ff @(posedge clk) begin
+		s8_ra <= s7_ra;
+		s8_mtu <= s7_mtu;
+		s8_tip <= {16'd0, ~s7_ipc} + s7_dip;
+		s8_dsum <= s7_icmp ? s7_dport : s7_dpp + s7_dhi;
+		s8_dttl <= s7_dttl;
+		s8_l4c <= s7_l4c;
+		r8 <= DIR == 1 ? nh_pick(n7_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+	end
+
+	// S8: the reason; the first folds
+	logic [4:0] x_reason;
+	always_comb begin
+		logic [4:0] rr;
+		rr = nh_rsn(r8[RW-1], r8[RW-2], r8[RW-3]);
+		if (s8_ra != nx_core_pkg::R_XLATE) x_reason = s8_ra;
+		else if (DIR == 1 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
+		else if (s8_mtu) x_reason = nx_core_pkg::R_MTU;
 		else x_reason = nx_core_pkg::R_XLATE;
 	end
 
-	// S4: the folds
-	logic s4_valid, s4_udp, s4_l4zero;
-	logic [4:0] s4_reason;
-	logic [47:0] s4_dmac, s4_smac;
-	logic [7:0] s4_ttl;
-	logic [31:0] s4_tip, s4_tl4, s4_dttl, s4_xaddr;
-	logic [15:0] s4_xport;
-	logic [6:0] s4_poff, s4_coff;
-	logic [$clog2(ENTRIES)-1:0] s4_eidx;
+	logic [4:0] s9_reason;
+	logic [15:0] s9_ipc1;
+	logic [31:0] s9_tl4, s9_dttl;
+	logic [95:0] s9_mac;
 	always_ff @(posedge clk) begin
-		if (rst)
-			s4_valid <= 1'b0;
-		else
-			s4_valid <= s3_valid;
-		s4_reason <= x_reason;
-		s4_dmac <= x_dmac;
-		s4_smac <= x_smac;
-		s4_ttl <= x_ttl;
-		s4_tip <= x_tip;
-		s4_tl4 <= x_tl4;
-		s4_dttl <= x_dttl;
-		s4_udp <= s3_penc == nx_core_pkg::P_UDP;
-		s4_l4zero <= s3_l4c == 16'd0;
-		s4_xaddr <= s3_xaddr;
-		s4_xport <= s3_xport;
-		s4_poff <= s3_poff;
-		s4_coff <= s3_coff;
-		s4_eidx <= s3_eidx;
+		s9_reason <= x_reason;
+		s9_ipc1 <= nx_csum_pkg::nx_csum_fold(s8_tip);
+		s9_tl4 <= {16'd0, ~s8_l4c} + s8_dsum;
+		s9_dttl <= s8_dttl;
+		s9_mac <= r8[95:0];
 	end
 
-	logic [15:0] y_ipc1, y_l4;
-	logic [31:0] y_tip2;
-	always_comb begin
-		y_ipc1 = nx_csum_pkg::nx_csum_fold(s4_tip);
-		y_tip2 = {16'd0, ~y_ipc1} + s4_dttl;
-		y_l4 = nx_csum_pkg::nx_csum_fold(s4_tl4);
-	end
-
-	// S5: the TTL word's fold, UDP's rule for 0; the result
-	logic s5_valid, s5_udp, s5_l4zero;
-	logic [4:0] s5_reason;
-	logic [47:0] s5_dmac, s5_smac;
-	logic [7:0] s5_ttl;
-	logic [31:0] s5_tip2, s5_xaddr;
-	logic [15:0] s5_l4r, s5_xport;
-	logic [6:0] s5_poff, s5_coff;
-	logic [$clog2(ENTRIES)-1:0] s5_eidx;
+	// S9: the TTL word's sum; the transport checksum's fold
+	logic [4:0] s10_reason;
+	logic [31:0] s10_tip2;
+	logic [15:0] s10_l4r;
+	logic [95:0] s10_mac;
 	always_ff @(posedge clk) begin
-		if (rst)
-			s5_valid <= 1'b0;
-		else
-			s5_valid <= s4_valid;
-		s5_reason <= s4_reason;
-		s5_dmac <= s4_dmac;
-		s5_smac <= s4_smac;
-		s5_ttl <= s4_ttl;
-		s5_tip2 <= y_tip2;
-		s5_l4r <= y_l4;
-		s5_udp <= s4_udp;
-		s5_l4zero <= s4_l4zero;
-		s5_xaddr <= s4_xaddr;
-		s5_xport <= s4_xport;
-		s5_poff <= s4_poff;
-		s5_coff <= s4_coff;
-		s5_eidx <= s4_eidx;
+		s10_reason <= s9_reason;
+		s10_tip2 <= {16'd0, ~s9_ipc1} + s9_dttl;
+		s10_l4r <= nx_csum_pkg::nx_csum_fold(s9_tl4);
+		s10_mac <= s9_mac;
 	end
 
-	logic [15:0] w_ipc2, w_l4c;
+	// S10: the TTL word's fold, UDP's rule for 0; the result (S11's registers)
+	logic [15:0] w_l4c;
+	logic k_udp, k_l4zero;
+	assign k_udp = k10[1];
+	assign k_l4zero = k10[0];
 	always_comb begin
-		w_ipc2 = nx_csum_pkg::nx_csum_fold(s5_tip2);
-		if (s5_udp && s5_l4zero)
+		if (k_udp && k_l4zero)
 			w_l4c = 16'd0;      // nx_udp_csum_apply: no checksum stays none
-		else if (s5_udp && s5_l4r == 16'd0)
+		else if (k_udp && s10_l4r == 16'd0)
 			w_l4c = 16'hffff;   // a computed 0 is sent as 0xffff
 		else
-			w_l4c = s5_l4r;
+			w_l4c = s10_l4r;
 	end
 
-	assign ev_valid = s5_valid;
-	assign ev_reason = s5_reason;
+	logic f_valid;
+	logic [4:0] f_reason;
+	logic [95:0] f_mac;
+	logic [7:0] f_ttl;
+	logic [15:0] f_ipc, f_l4c, f_xport;
+	logic [31:0] f_xaddr;
+	logic [6:0] f_poff, f_coff;
+	logic [AWORDS_P-1:0] f_setw;
+	logic [31:0] f_setb;
+	assign f_valid = v_stage[11];
+	always_ff @(posedge clk) begin
+		f_reason <= s10_reason;
+		f_mac <= DIR == 0 ? r10_out : s10_mac;
+		f_ipc <= nx_csum_pkg::nx_csum_fold(s10_tip2);
+		f_l4c <= w_l4c;
+		{f_ttl, f_xaddr, f_xport, f_poff, f_coff} <= k10[CW-1:EB+2];
+		for (int w = 0; w < AWORDS_P; w++)
+			f_setw[w] <= v_stage[10] && s10_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
+		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
+	end
+
+	assign ev_valid = f_valid;
+	assign ev_reason = f_reason;
 
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
 	// a word; a bit set in the cycle of its word's snapshot stays set. Like the table, not
 	// cleared by reset (zero at configuration).
-	localparam int AWORDS = ENTRIES / 32;
-	localparam int AWL = $clog2(ENTRIES) - 5;
-	logic [31:0] act [0:AWORDS-1];
-	logic act_set;
-	logic [AWL-1:0] act_sw, act_aw;
-	logic [4:0] act_sb;
-	assign act_set = s5_valid && s5_reason == nx_core_pkg::R_XLATE;
-	assign act_sw = s5_eidx[$clog2(ENTRIES)-1:5];
-	assign act_sb = s5_eidx[4:0];
+	localparam int AWL = EB - 5;
+	logic [AWORDS_P*32-1:0] act;
+	logic [AWL-1:0] act_aw;
 	assign act_aw = act_idx[AWL-1:0];
-	initial begin
-		for (int i = 0; i < AWORDS; i++)
-			act[i] = 32'd0;
-	end
+	initial act = '0;
 	always_ff @(posedge clk) begin
-		if (act_snap) begin
-			act_word <= act[act_aw];
-			act[act_aw] <= (act_set && act_sw == act_aw) ? (32'd1 << act_sb) : 32'd0;
+		if (act_snap)
+			act_word <= act[32*act_aw +: 32];
+		for (int w = 0; w < AWORDS_P; w++) begin
+			if (act_snap && act_aw == AWL'(w))
+				act[32*w +: 32] <= f_setw[w] ? f_setb : 32'd0;
+			else if (f_setw[w])
+				act[32*w +: 32] <= act[32*w +: 32] | f_setb;
 		end
-		if (act_set && !(act_snap && act_sw == act_aw))
-			act[act_sw][act_sb] <= 1'b1;
 	end
 
 	// meta FIFO: {reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff}
 	localparam int MW = 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7;
 	logic m_valid;
 	logic [MW-1:0] m_out;
-	logic [MLOG2:0] mlevel;
+	logic [MLOG2:0] mlevel, mlevel_n;
 	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
-		.clk, .rst, .push(s5_valid),
-		.din({s5_reason, s5_dmac, s5_smac, s5_ttl, w_ipc2, s5_xaddr, s5_xport, s5_poff, w_l4c, s5_coff}),
-		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
+		.clk, .rst, .push(f_valid),
+		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport, f_poff, f_l4c, f_coff}),
+		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel), .level_n(mlevel_n)
 	);
 
 	// ---------------- egress ----------------
@@ -653,13 +821,13 @@ module nx_dir #(
 	logic [7:0] e_ttl;
 	logic [15:0] e_ipc, e_port, e_l4c;
 	logic [31:0] e_addr;
-	logic [6:0] e_poff, e_coff;
+	logic [6:0] e_poff, e_coff, e_poff1, e_coff1;
 	logic [3:0] ebeat;
-	logic e_cpu, e_fire;
-	logic [63:0] e_pdata;
+	logic e_cpu, e_fire, m_rdy, c_rdy, x_rdy;
+	logic [63:0] e_pval;  // each byte's patch value
+	logic [7:0] e_phit;   // the bytes patched
 
-	assign e_cpu = e_reason != nx_core_pkg::R_XLATE;
-	assign e_fire = cur_valid && d_valid && (e_cpu ? c_tready : m_tready);
+	assign e_fire = cur_valid && d_valid && x_rdy;
 	assign d_pop = e_fire;
 	assign meta_pop = m_valid && (!cur_valid || (e_fire && d_out[72]));
 
@@ -670,59 +838,116 @@ module nx_dir #(
 		end else begin
 			if (meta_pop) begin
 				cur_valid <= 1'b1;
-				{e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff} <= m_out;
 			end else if (e_fire && d_out[72]) begin
 				cur_valid <= 1'b0;
 			end
 			if (e_fire)
 				ebeat <= d_out[72] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
 		end
+		if (meta_pop) begin
+			{e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff} <= m_out;
+			e_cpu <= m_out[MW-1 -: 5] != nx_core_pkg::R_XLATE;
+			e_poff1 <= m_out[16 + 7 +: 7] + 7'd1;  // poff sits above l4c and coff
+			e_coff1 <= m_out[6:0] + 7'd1;
+		end
 	end
 
 	// The patch: each byte of the beat, by its offset in the frame, from the field it falls
 	// in. The MACs, TTL, IP checksum and address sit at fixed offsets (compared with
 	// constants); the port/identifier and the transport checksum follow IHL (compared with
-	// the offsets the parser computed). Beats past the 16th never hold a field.
+	// the offsets the parser computed). The fields never overlap in a translated frame
+	// (the transport header starts at 34 or later), so the byte is an OR of the selected
+	// fields. Beats past the 16th never hold a field.
 	logic [95:0] e_macs;
 	assign e_macs = {e_dmac, e_smac};
 
 	always_comb begin
 		for (int j = 0; j < 8; j++) begin
 			logic [6:0] o;
-			logic [7:0] b;
+			logic [7:0] v;
+			logic hit;
 			o = {ebeat, 3'(j)};
-			b = d_out[8*j +: 8];
+			v = 8'd0;
+			hit = 1'b0;
 			for (int k = 0; k < 12; k++)
-				if (o == 7'(k))
-					b = e_macs[8 * (11 - k) +: 8];
-			if (o == 7'd22)
-				b = e_ttl;
-			if (o == 7'd24)
-				b = e_ipc[15:8];
-			if (o == 7'd25)
-				b = e_ipc[7:0];
+				if (o == 7'(k)) begin
+					v = v | e_macs[8 * (11 - k) +: 8];
+					hit = 1'b1;
+				end
+			if (o == 7'd22) begin
+				v = v | e_ttl;
+				hit = 1'b1;
+			end
+			if (o == 7'd24) begin
+				v = v | e_ipc[15:8];
+				hit = 1'b1;
+			end
+			if (o == 7'd25) begin
+				v = v | e_ipc[7:0];
+				hit = 1'b1;
+			end
 			for (int k = 0; k < 4; k++)
-				if (o == 7'(AOFF + k))
-					b = e_addr[8 * (3 - k) +: 8];
-			if (o == e_poff)
-				b = e_port[15:8];
-			if (o == e_poff + 7'd1)
-				b = e_port[7:0];
-			if (o == e_coff)
-				b = e_l4c[15:8];
-			if (o == e_coff + 7'd1)
-				b = e_l4c[7:0];
-			e_pdata[8*j +: 8] = b;
+				if (o == 7'(AOFF + k)) begin
+					v = v | e_addr[8 * (3 - k) +: 8];
+					hit = 1'b1;
+				end
+			if (o == e_poff) begin
+				v = v | e_port[15:8];
+				hit = 1'b1;
+			end
+			if (o == e_poff1) begin
+				v = v | e_port[7:0];
+				hit = 1'b1;
+			end
+			if (o == e_coff) begin
+				v = v | e_l4c[15:8];
+				hit = 1'b1;
+			end
+			if (o == e_coff1) begin
+				v = v | e_l4c[7:0];
+				hit = 1'b1;
+			end
+			e_pval[8*j +: 8] = v;
+			e_phit[j] = hit;
 		end
 	end
 
-	assign m_tdata = e_pdata;
-	assign m_tkeep = d_out[71:64];
-	assign m_tlast = d_out[72];
-	assign m_tvalid = cur_valid && d_valid && !e_cpu;
-	assign c_tdata = d_out[63:0];
-	assign c_tkeep = d_out[71:64];
-	assign c_tlast = d_out[72];
-	assign c_tvalid = cur_valid && d_valid && e_cpu;
-	assign c_reason = e_reason;
+	// The beat with its patch (values and byte selects: they do not depend on the beat's
+	// data) into a register slice; from there the patched beat to m_axis or the beat as it
+	// came to the CPU stream, each through a second register slice (all tready paths end at
+	// registers)
+	localparam int XW = 1 + 5 + 73 + 64 + 8;
+	logic [XW-1:0] x_q;
+	logic x_valid, x_cpu;
+	logic [4:0] x_rsn;
+	logic [72:0] x_d;
+	logic [63:0] x_pval, x_pdata;
+	logic [7:0] x_phit;
+	nx_slice #(.W(XW)) u_xslice (
+		.clk, .rst, .s_valid(cur_valid && d_valid), .s_data({e_cpu, e_reason, d_out, e_pval, e_phit}),
+		.s_ready(x_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
+	);
+	assign {x_cpu, x_rsn, x_d, x_pval, x_phit} = x_q;
+	always_comb
+		for (int j = 0; j < 8; j++)
+			x_pdata[8*j +: 8] = x_phit[j] ? x_pval[8*j +: 8] : x_d[8*j +: 8];
+
+	logic [72:0] m_q;
+	nx_slice #(.W(73)) u_mslice (
+		.clk, .rst, .s_valid(x_valid && !x_cpu), .s_data({x_d[72:64], x_pdata}),
+		.s_ready(m_rdy), .m_valid(m_tvalid), .m_data(m_q), .m_ready(m_tready)
+	);
+	assign m_tdata = m_q[63:0];
+	assign m_tkeep = m_q[71:64];
+	assign m_tlast = m_q[72];
+
+	logic [77:0] c_q;
+	nx_slice #(.W(78)) u_cslice (
+		.clk, .rst, .s_valid(x_valid && x_cpu), .s_data({x_rsn, x_d}),
+		.s_ready(c_rdy), .m_valid(c_tvalid), .m_data(c_q), .m_ready(c_tready)
+	);
+	assign c_tdata = c_q[63:0];
+	assign c_tkeep = c_q[71:64];
+	assign c_tlast = c_q[72];
+	assign c_reason = c_q[77:73];
 endmodule

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // nx_fifo: synchronous first-word-fall-through FIFO. The storage is read synchronously
-// (block RAM) into an output register; one push and one pop per cycle. level counts the
-// words held (storage and output register); full when DEPTH are held.
+// (block RAM) into its read register, which feeds the output register: the block RAM's
+// clock-to-out ends at a register, never in logic. One push and one pop per cycle. level
+// counts the words held (storage and both registers); the caller keeps it at most DEPTH.
+//
+// Also here: nx_slice (a two-entry register slice: valid, data and ready all registered
+// at the outputs) and nx_dly (a plain delay line), the core's pipeline helpers.
 
 module nx_fifo #(
 	parameter int W = 8,
@@ -15,22 +19,29 @@ module nx_fifo #(
 	input  logic         pop,
 	output logic         valid,
 	output logic [W-1:0] dout,
-	output logic [LOG2:0] level
+	output logic [LOG2:0] level,
+	output logic [LOG2:0] level_n  // level's next value
 );
 	localparam int DEPTH = 1 << LOG2;
 
 	logic [W-1:0] mem [0:DEPTH-1];
 	logic [LOG2-1:0] wptr, rptr;
-	logic [LOG2:0] mcount; // words in mem, not yet in the output register
-	logic load;
+	logic [LOG2:0] mcount; // words in mem, not yet read out
+	logic [W-1:0] mq;      // the memory's read register
+	logic mv;              // mq holds a word
+	logic load, move;
 
-	assign load = (mcount != 0) && (!valid || pop);
+	assign move = mv && (!valid || pop);
+	assign level_n = level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
+	assign load = (mcount != 0) && (!mv || move);
 
 	always_ff @(posedge clk) begin
 		if (push)
 			mem[wptr] <= din;
 		if (load)
-			dout <= mem[rptr];
+			mq <= mem[rptr];
+		if (move)
+			dout <= mq;
 	end
 
 	always_ff @(posedge clk) begin
@@ -38,6 +49,7 @@ module nx_fifo #(
 			wptr <= '0;
 			rptr <= '0;
 			mcount <= '0;
+			mv <= 1'b0;
 			valid <= 1'b0;
 			level <= '0;
 		end else begin
@@ -47,10 +59,76 @@ module nx_fifo #(
 				rptr <= rptr + 1'b1;
 			mcount <= mcount + (LOG2+1)'(push) - (LOG2+1)'(load);
 			if (load)
+				mv <= 1'b1;
+			else if (move)
+				mv <= 1'b0;
+			if (move)
 				valid <= 1'b1;
 			else if (pop)
 				valid <= 1'b0;
-			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
+			level <= level_n;
 		end
 	end
+endmodule
+
+// nx_slice: AXI4-Stream register slice (skid buffer). s_ready is a register (no path from
+// m_ready to s_ready); full throughput; m_valid/m_data hold until taken.
+module nx_slice #(
+	parameter int W = 8
+) (
+	input  logic         clk,
+	input  logic         rst,
+	input  logic         s_valid,
+	input  logic [W-1:0] s_data,
+	output logic         s_ready,
+	output logic         m_valid,
+	output logic [W-1:0] m_data,
+	input  logic         m_ready
+);
+	logic sk_v;
+	logic [W-1:0] sk_d;
+	assign s_ready = !sk_v;
+
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			m_valid <= 1'b0;
+			sk_v <= 1'b0;
+		end else if (!m_valid || m_ready) begin
+			// the output register is free this cycle
+			if (sk_v) begin
+				m_valid <= 1'b1;
+				sk_v <= 1'b0;
+			end else begin
+				m_valid <= s_valid;
+			end
+		end else if (s_valid && !sk_v) begin
+			sk_v <= 1'b1;
+		end
+		if (!m_valid || m_ready)
+			m_data <= sk_v ? sk_d : s_data;
+		if (s_valid && !sk_v && m_valid && !m_ready)
+			sk_d <= s_data;
+	end
+endmodule
+
+// nx_dly: N (>= 1) register stages, no reset
+module nx_dly #(
+	parameter int W = 1,
+	parameter int N = 1
+) (
+	input  logic         clk,
+	input  logic [W-1:0] d,
+	output logic [W-1:0] q
+);
+	logic [N*W-1:0] r;
+	generate
+		if (N == 1) begin : g_one
+			always_ff @(posedge clk)
+				r <= d;
+		end else begin : g_many
+			always_ff @(posedge clk)
+				r <= {r[(N-1)*W-1:0], d};
+		end
+	endgenerate
+	assign q = r[N*W-1 -: W];
 endmodule
