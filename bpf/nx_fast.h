@@ -69,7 +69,7 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	struct nx_pkt p = {};
 	struct nx_sess *s;
 	__u32 pool_idx = 0;
-	int rc, fib_rc = 0, too_big = 0, hairpin, icmp_err, prefetched;
+	int rc, fib_rc = 0, too_big = 0, hairpin, icmp_err, syn;
 	nx_verdict v;
 	__u32 dst;
 
@@ -145,16 +145,15 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	/* A TCP SYN opens a connection (or repeats one): start fetching the lines the slow
 	 * path reads (nx_home_prefetch) before the session lookup, so that their misses and
 	 * the session line's overlap (docs/design/performance-notebook.md, R38). */
-	prefetched = p.proto == IPPROTO_TCP &&
-		     (p.tcp_flags & (NX_TCPF_SYN | NX_TCPF_ACK)) == NX_TCPF_SYN && !cfg->det_count;
-	if (prefetched)
+	syn = p.proto == IPPROTO_TCP && (p.tcp_flags & (NX_TCPF_SYN | NX_TCPF_ACK)) == NX_TCPF_SYN;
+	if (syn)
 		nx_home_prefetch(cfg, sk.in_ip, NX_P_TCP, bpf_ntohs(sk.in_port));
 	s = nx_sess_lookup_fast(cfg, &sk);
 	if (!s) {
 		/* Any other packet that may open a connection: the fetch starts now, while
 		 * the session line's miss may still be in flight, not after the tail call and
 		 * the second parse. */
-		if (!prefetched && nx_may_create(&p) && !cfg->det_count)
+		if (!syn && nx_may_create(&p))
 			nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p.proto),
 					 bpf_ntohs(sk.in_port));
 		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, 1);

@@ -219,8 +219,8 @@ static __always_inline void nx_home_prefetch(struct nx_config *cfg, __u32 sip, _
 	__s64 home;
 	__u64 *w, v, h;
 
-	if (pidx >= NX_NPROTO || bs < 2 || !cfg->home_probe)
-		return;
+	if (pidx >= NX_NPROTO || bs < 2 || cfg->det_count || !cfg->home_probe)
+		return; /* no home walk: deterministic mode, or every mapping in the table */
 	home = nx_home_block_at(cfg, sip, &a, &j);
 	if (home < 0)
 		return;

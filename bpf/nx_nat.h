@@ -259,7 +259,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	/* a connection may be opening: start fetching what the walk will read (the limit's
 	 * check below reads the first of those lines too), unless the fast path did when its
 	 * lookup missed */
-	if (!no_sess && nx_may_create(p) && !cfg->det_count)
+	if (!no_sess && nx_may_create(p))
 		nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
 	/* no session: only a subscriber's packet goes on to make state, and only within its
 	 * share (nx_limits.h) */
