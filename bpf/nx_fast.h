@@ -11,6 +11,14 @@
 
 #include "nx_nat.h"
 
+/* The setup predictor (struct nx_scratch's new_hint): a miss weighs eight hits, so the hint
+ * climbs while more than one outbound packet in nine opens a connection; early fetching
+ * starts at NX_NEW_HINT_ON (four misses in a row from rest) and the hint never goes past
+ * NX_NEW_HINT_MAX (a burst's end is noticed within some 170 established packets). */
+#define NX_NEW_HINT_MISS 8
+#define NX_NEW_HINT_ON 32
+#define NX_NEW_HINT_MAX 200
+
 /* On to the slow path: a tail call does not return. If it cannot be made (the program
  * array is empty: nothing pins it), the packet is dropped as internal. */
 static __always_inline nx_verdict nx_to_slow(struct xdp_md *ctx, __u32 prog)
@@ -69,7 +77,7 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	struct nx_pkt p = {};
 	struct nx_sess *s;
 	__u32 pool_idx = 0;
-	int rc, fib_rc = 0, too_big = 0, hairpin, icmp_err, syn;
+	int rc, fib_rc = 0, too_big = 0, hairpin, icmp_err, early;
 	nx_verdict v;
 	__u32 dst;
 
@@ -142,22 +150,32 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	sk.in_port = *p.sport;
 	sk.rem_port = p.dport ? *p.dport : 0;
 	sk.proto = p.proto;
-	/* A TCP SYN opens a connection (or repeats one): start fetching the lines the slow
-	 * path reads (nx_home_prefetch) before the session lookup, so that their misses and
-	 * the session line's overlap (docs/design/performance-notebook.md, R38). */
-	syn = p.proto == IPPROTO_TCP && (p.tcp_flags & (NX_TCPF_SYN | NX_TCPF_ACK)) == NX_TCPF_SYN;
-	if (syn)
-		nx_home_prefetch(cfg, sk.in_ip, NX_P_TCP, bpf_ntohs(sk.in_port));
+	/* A packet likely to open a connection starts fetching the lines the slow path reads
+	 * (nx_home_prefetch) before the session lookup, so that their misses and the session
+	 * line's overlap (docs/design/performance-notebook.md, R38, R39): a TCP SYN always (it
+	 * opens a connection or repeats one), a UDP datagram or an echo request while new
+	 * flows are frequent on this CPU (the setup predictor, scr->new_hint). Otherwise an
+	 * established packet would pay for loads it never uses. */
+	early = p.proto == IPPROTO_TCP ? (p.tcp_flags & (NX_TCPF_SYN | NX_TCPF_ACK)) == NX_TCPF_SYN
+				       : scr->new_hint >= NX_NEW_HINT_ON && nx_may_create(&p);
+	if (early)
+		nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p.proto), bpf_ntohs(sk.in_port));
 	s = nx_sess_lookup_fast(cfg, &sk);
 	if (!s) {
 		/* Any other packet that may open a connection: the fetch starts now, while
 		 * the session line's miss may still be in flight, not after the tail call and
 		 * the second parse. */
-		if (!syn && nx_may_create(&p))
-			nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p.proto),
-					 bpf_ntohs(sk.in_port));
+		if (nx_may_create(&p)) {
+			if (scr->new_hint < NX_NEW_HINT_MAX)
+				scr->new_hint += NX_NEW_HINT_MISS;
+			if (!early)
+				nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p.proto),
+						 bpf_ntohs(sk.in_port));
+		}
 		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, 1);
 	}
+	if (scr->new_hint)
+		scr->new_hint--;
 	if ((s->flags & NX_SF_PERMIT) || !s->out_ip)
 		return nx_inside_to_slow(ctx, scr, 0, fib_rc, too_big, 0, 0);
 	nx_sess_touch(cfg, s, p.proto, p.tcp_flags, NX_DIR_OUT, nx_now_tick(cfg));

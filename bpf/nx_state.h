@@ -246,6 +246,13 @@ struct nx_stage {
 struct nx_scratch {
 	struct bpf_fib_lookup fib;
 	struct nx_stage stage;
+	/* the setup predictor (nx_fast.h): up by NX_NEW_HINT_MISS on each outbound packet that
+	 * may open a connection and finds no session, down by one on each that finds one; at
+	 * NX_NEW_HINT_ON or more, new flows are frequent on this CPU (more than one outbound
+	 * packet in nine of late) and a UDP datagram or an echo request starts fetching the
+	 * setup's lines before its session lookup. Only a hint: it decides when loads are
+	 * issued, nothing else. */
+	__u32 new_hint;
 	/* a mapping that is a port word (deterministic mode, a home walk's in dynamic mode)
 	 * seen as a mapping (nx_det_fill) */
 	struct nx_map dmap;
