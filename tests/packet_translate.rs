@@ -16,7 +16,9 @@ mod common;
 
 use common::packet_helpers::*;
 use common::pkt::*;
+use libbpf_rs::{MapCore, MapFlags};
 use natrix::dataplane::ip_from_be;
+use natrix::skel::types::nx_scratch;
 
 // =============================================================================================
 // Each protocol and direction
@@ -227,5 +229,61 @@ fn hairpin_between_two_subscribers() {
             "hairpinned to B",
         );
         assert_csums(&out, "hairpin A -> B");
+    });
+}
+
+// =============================================================================================
+// The setup predictor
+// =============================================================================================
+
+/// The setup predictor (bpf/nx_fast.h, `new_hint` in the per-CPU `nx_scratch`) decides only
+/// when a UDP datagram fetches the setup's lines: before its session lookup while new flows
+/// are frequent, after a miss otherwise. It climbs by 8 on each outbound packet that opens a
+/// flow, falls by 1 on each that finds its session, stops at 200; every frame is translated
+/// byte for byte alike, early fetch or not.
+#[test]
+fn setup_predictor_follows_new_flows_and_leaves_translation_alone() {
+    with_env(&cfg(), |env| {
+        // this thread is pinned (with_env): the other CPUs' hints stay 0, so the largest is ours
+        let hint = || -> u32 {
+            let v = env.dp.skel.maps.nx_scratch.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY);
+            let off = std::mem::offset_of!(nx_scratch, new_hint);
+            v.expect("expected nx_scratch to be readable")
+                .expect("expected nx_scratch[0]")
+                .iter()
+                .map(|b| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap()))
+                .max()
+                .unwrap_or(0)
+        };
+        assert_eq!(hint(), 0, "expected the predictor at rest before any packet");
+        let mut flows = Vec::new();
+        for i in 0..30u16 {
+            let p = Pkt::udp(sub(1 + (i % 5) as u8), 41000 + i, SERVER, 53).payload(b"query");
+            let before = env.stats();
+            let o = xlate_out(env, &p, None, &format!("new UDP flow {i}"));
+            env.assert_some_counters(&before, &[("sessions_created", 1)], &format!("new UDP flow {i}"));
+            assert_eq!(hint(), (8 * (i as u32 + 1)).min(200), "expected the hint after {} new flows", i + 1);
+            flows.push((p, o));
+        }
+        assert_eq!(hint(), 200, "expected the hint capped at 200 after 30 new flows");
+        // established packets, translated as before, bring it down by one each
+        for (n, (p, o)) in flows.iter().enumerate() {
+            xlate_out(env, &p.clone().payload(b"again"), Some(*o), &format!("established flow {n}"));
+        }
+        assert_eq!(hint(), 170, "expected 30 established packets to take 30 off");
+        // with the hint high, a new flow fetches early and is translated like any other
+        let p = Pkt::udp(sub(9), 42000, SERVER, 53).payload(b"early");
+        let o = xlate_out(env, &p, None, "new UDP flow, hint high");
+        assert_eq!(hint(), 178, "expected a miss to add 8");
+        for k in 0..200 {
+            xlate_out(env, &p.clone().payload(b"x"), Some(o), &format!("established packet {k}"));
+        }
+        assert_eq!(hint(), 0, "expected the hint back at rest after 200 established packets");
+        // at rest, a new flow fetches after its miss: translated alike
+        let q = Pkt::udp(sub(9), 42001, SERVER, 53).payload(b"late");
+        let before = env.stats();
+        xlate_out(env, &q, None, "new UDP flow, hint at rest");
+        env.assert_some_counters(&before, &[("sessions_created", 1)], "new UDP flow, hint at rest");
+        assert_eq!(hint(), 8, "expected one miss from rest to give 8");
     });
 }
