@@ -105,34 +105,30 @@ module nx_dir #(
 	localparam int AWORDS_P = ENTRIES / 32;   // 32-bit words of activity bits
 
 	// ---------------- ingress ----------------
-	logic [HB*8-1:0] hcap, hnext;
+	logic [HB*8-1:0] hcap;
 	logic [12:0] bidx;
-	logic bfirst;               // the next beat is a frame's first
 	logic [HB/8-1:0] bsel;      // one-hot: the next beat is beat i of the header
 	logic [3:0] nbytes;
 	logic in_fire, in_ready;
-	logic [DLOG2:0] dlevel, dlevel_n;
-	logic [MLOG2+1:0] inflight, inflight_n;
-	logic meta_pop;
+	logic [DLOG2:0] dlevel;
+	logic [MLOG2+1:0] inflight;
+	logic meta_pop, e_end;
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
 
-	// s_tready is a register: the same condition as on the FIFO's and the pipeline's
-	// current counts, computed a cycle ahead from their next values
+	// s_tready is a register computed from the counts alone, a cycle old: high only when
+	// the FIFO held at most DDEPTH - 2 words and at most MDEPTH - 2 frames waited for their
+	// metadata to leave, so the beat (or the frame's end) it accepts always fits; it waits
+	// for no pop of the cycle, so it may fall a cycle early when the FIFO is nearly full
 	assign s_tready = in_ready;
 	assign in_fire = s_tvalid && in_ready;
-	assign inflight_n = inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(meta_pop);
 
 	always_comb begin
 		nbytes = 4'd0;
 		for (int i = 0; i < 8; i++)
 			nbytes = nbytes + {3'd0, s_tkeep[i]};
-		hnext = bfirst ? '0 : hcap;
-		for (int i = 0; i < HB / 8; i++)
-			if (bsel[i])
-				hnext[64*i +: 64] = s_tdata;
 	end
 
 	// the header of the frame whose last beat came in the cycle before: hcap itself (the
@@ -143,7 +139,6 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			bidx <= '0;
-			bfirst <= 1'b1;
 			bsel <= {{(HB/8-1){1'b0}}, 1'b1};
 			p0_valid <= 1'b0;
 			inflight <= '0;
@@ -151,31 +146,39 @@ module nx_dir #(
 		end else begin
 			p0_valid <= in_fire && s_tlast;
 			if (in_fire) begin
-				hcap <= hnext;
 				if (s_tlast) begin
 					bidx <= '0;
-					bfirst <= 1'b1;
 					bsel <= {{(HB/8-1){1'b0}}, 1'b1};
 				end else begin
 					if (bidx != 13'h1fff)
 						bidx <= bidx + 1'b1;
-					bfirst <= 1'b0;
 					bsel <= bsel << 1;
 				end
 			end
-			inflight <= inflight_n;
-			in_ready <= (dlevel_n < DDEPTH[DLOG2:0]) && (inflight_n < MDEPTH[MLOG2+1:0]);
+			inflight <= inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(e_end);
+			in_ready <= (dlevel < DDEPTH[DLOG2:0] - 1'b1) && (inflight < MDEPTH[MLOG2+1:0] - 1'b1);
 		end
 		if (in_fire && s_tlast)
 			p0_len <= {bidx, 3'd0} + {12'd0, nbytes};
 	end
+
+	// the header capture: beat i into its 64 bits of hcap, each slice enabled by its own
+	// one-hot bit, nothing cleared. The bytes past a frame's end keep an older frame's; no
+	// check depends on them: below 14 bytes the reason is not_for_us (bytes 0..5, the first
+	// beat's) or not_ipv4, below 34 bad_ip at the latest, and every field past byte 33 is
+	// read only after the IPv4 and transport length checks that precede it in the checks'
+	// order have found it inside the frame (docs/HARDWARE.md)
+	always_ff @(posedge clk)
+		for (int i = 0; i < HB / 8; i++)
+			if (in_fire && bsel[i])
+				hcap[64*i +: 64] <= s_tdata;
 
 	// data FIFO: {tlast, tkeep, tdata}
 	logic d_valid, d_pop;
 	logic [72:0] d_out;
 	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
 		.clk, .rst, .push(in_fire), .din({s_tlast, s_tkeep, s_tdata}),
-		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel), .level_n(dlevel_n)
+		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
 	);
 
 	// ---------------- SA: the transport header's position, partial sums ----------------
@@ -787,16 +790,23 @@ module nx_dir #(
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
 	// a word; a bit set in the cycle of its word's snapshot stays set. Like the table, not
 	// cleared by reset (zero at configuration).
+	// The snapshot a cycle after the request: the word's index into this direction's own
+	// registers first, binary for the read and one-hot for the clear.
 	localparam int AWL = EB - 5;
 	logic [AWORDS_P*32-1:0] act;
 	logic [AWL-1:0] act_aw;
-	assign act_aw = act_idx[AWL-1:0];
+	logic act_go;
+	logic [AWORDS_P-1:0] act_clr;
 	initial act = '0;
 	always_ff @(posedge clk) begin
-		if (act_snap)
+		act_go <= act_snap;
+		act_aw <= act_idx[AWL-1:0];
+		for (int w = 0; w < AWORDS_P; w++)
+			act_clr[w] <= act_snap && act_idx[AWL-1:0] == AWL'(w);
+		if (act_go)
 			act_word <= act[32*act_aw +: 32];
 		for (int w = 0; w < AWORDS_P; w++) begin
-			if (act_snap && act_aw == AWL'(w))
+			if (act_clr[w])
 				act[32*w +: 32] <= f_setw[w] ? f_setb : 32'd0;
 			else if (f_setw[w])
 				act[32*w +: 32] <= act[32*w +: 32] | f_setb;
@@ -807,11 +817,11 @@ module nx_dir #(
 	localparam int MW = 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7;
 	logic m_valid;
 	logic [MW-1:0] m_out;
-	logic [MLOG2:0] mlevel, mlevel_n;
+	logic [MLOG2:0] mlevel;
 	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
 		.clk, .rst, .push(f_valid),
 		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport, f_poff, f_l4c, f_coff}),
-		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel), .level_n(mlevel_n)
+		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
 	);
 
 	// ---------------- egress ----------------
@@ -823,44 +833,46 @@ module nx_dir #(
 	logic [31:0] e_addr;
 	logic [6:0] e_poff, e_coff, e_poff1, e_coff1;
 	logic [3:0] ebeat;
-	logic e_cpu, e_fire, m_rdy, c_rdy, x_rdy;
+	logic e_cpu, e_fire, m_rdy, c_rdy, x_rdy, g_rdy;
 	logic [63:0] e_pval;  // each byte's patch value
 	logic [7:0] e_phit;   // the bytes patched
 
+	// The current frame's metadata is the output of a register slice behind the meta FIFO
+	// (u_eslice): the FIFO's pop is the slice's registered ready, so the egress's handshake
+	// (a frame's last beat taken) reaches the slice's registers only, not the FIFO's read
+	// chain. A frame leaves the count of frames in flight with its last beat.
+	logic [MW+14:0] e_q;
 	assign e_fire = cur_valid && d_valid && x_rdy;
+	assign e_end = e_fire && d_out[72];
 	assign d_pop = e_fire;
-	assign meta_pop = m_valid && (!cur_valid || (e_fire && d_out[72]));
+	nx_slice #(.W(MW + 15)) u_eslice (
+		.clk, .rst, .s_valid(m_valid),
+		.s_data({m_out[MW-1 -: 5] != nx_core_pkg::R_XLATE, m_out, m_out[16 + 7 +: 7] + 7'd1, m_out[6:0] + 7'd1}),
+		.s_ready(meta_pop), .m_valid(cur_valid), .m_data(e_q), .m_ready(e_end)
+	);
+	assign {e_cpu, e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = e_q;
 
 	always_ff @(posedge clk) begin
-		if (rst) begin
-			cur_valid <= 1'b0;
+		if (rst)
 			ebeat <= 4'd0;
-		end else begin
-			if (meta_pop) begin
-				cur_valid <= 1'b1;
-			end else if (e_fire && d_out[72]) begin
-				cur_valid <= 1'b0;
-			end
-			if (e_fire)
-				ebeat <= d_out[72] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
-		end
-		if (meta_pop) begin
-			{e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff} <= m_out;
-			e_cpu <= m_out[MW-1 -: 5] != nx_core_pkg::R_XLATE;
-			e_poff1 <= m_out[16 + 7 +: 7] + 7'd1;  // poff sits above l4c and coff
-			e_coff1 <= m_out[6:0] + 7'd1;
-		end
+		else if (e_fire)
+			ebeat <= d_out[72] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
 	end
 
-	// The patch: each byte of the beat, by its offset in the frame, from the field it falls
-	// in. The MACs, TTL, IP checksum and address sit at fixed offsets (compared with
-	// constants); the port/identifier and the transport checksum follow IHL (compared with
-	// the offsets the parser computed). The fields never overlap in a translated frame
-	// (the transport header starts at 34 or later), so the byte is an OR of the selected
-	// fields. Beats past the 16th never hold a field.
+	// The patch, over two register slices. Each byte of the beat is patched by the field
+	// its offset in the frame falls in. The MACs, TTL, IP checksum and address sit at fixed
+	// offsets: their value and select for the beat depend on the beat's number alone and go
+	// into the first slice (u_gslice) with the beat. The port/identifier and the transport
+	// checksum follow IHL: for each of their four bytes, the byte select (the beat is the
+	// byte's beat, one-hot of its place in the beat) goes into the first slice, with the
+	// four values; the second (u_xslice) takes the patch, the selected values ORed. The
+	// fields never overlap in a translated frame (the transport header starts at 34 or
+	// later), so a byte is an OR of the selected fields. Beats past the 16th hold no field.
 	logic [95:0] e_macs;
 	assign e_macs = {e_dmac, e_smac};
-
+	logic [63:0] e_cval;     // the fixed fields' bytes in this beat
+	logic [7:0] e_chit;      // the bytes they patch
+	logic [31:0] e_vsel;     // per variable byte (port hi, lo, checksum hi, lo): the bytes it patches
 	always_comb begin
 		for (int j = 0; j < 8; j++) begin
 			logic [6:0] o;
@@ -891,31 +903,41 @@ module nx_dir #(
 					v = v | e_addr[8 * (3 - k) +: 8];
 					hit = 1'b1;
 				end
-			if (o == e_poff) begin
-				v = v | e_port[15:8];
-				hit = 1'b1;
-			end
-			if (o == e_poff1) begin
-				v = v | e_port[7:0];
-				hit = 1'b1;
-			end
-			if (o == e_coff) begin
-				v = v | e_l4c[15:8];
-				hit = 1'b1;
-			end
-			if (o == e_coff1) begin
-				v = v | e_l4c[7:0];
-				hit = 1'b1;
-			end
-			e_pval[8*j +: 8] = v;
-			e_phit[j] = hit;
+			e_cval[8*j +: 8] = v;
+			e_chit[j] = hit;
+			e_vsel[j] = o == e_poff;
+			e_vsel[8 + j] = o == e_poff1;
+			e_vsel[16 + j] = o == e_coff;
+			e_vsel[24 + j] = o == e_coff1;
 		end
 	end
 
+	localparam int GW = 1 + 5 + 73 + 64 + 8 + 32 + 32;
+	logic [GW-1:0] g_q;
+	logic g_valid, g_cpu;
+	logic [4:0] g_rsn;
+	logic [72:0] g_d;
+	logic [63:0] g_cval;
+	logic [7:0] g_chit;
+	logic [31:0] g_vsel, g_vals;
+	nx_slice #(.W(GW)) u_gslice (
+		.clk, .rst, .s_valid(cur_valid && d_valid),
+		.s_data({e_cpu, e_reason, d_out, e_cval, e_chit, e_vsel, e_port, e_l4c}),
+		.s_ready(x_rdy), .m_valid(g_valid), .m_data(g_q), .m_ready(g_rdy)
+	);
+	assign {g_cpu, g_rsn, g_d, g_cval, g_chit, g_vsel, g_vals} = g_q;
+	always_comb
+		for (int j = 0; j < 8; j++) begin
+			e_pval[8*j +: 8] = g_cval[8*j +: 8] |
+				(g_vsel[j] ? g_vals[31:24] : 8'd0) | (g_vsel[8 + j] ? g_vals[23:16] : 8'd0) |
+				(g_vsel[16 + j] ? g_vals[15:8] : 8'd0) | (g_vsel[24 + j] ? g_vals[7:0] : 8'd0);
+			e_phit[j] = g_chit[j] | g_vsel[j] | g_vsel[8 + j] | g_vsel[16 + j] | g_vsel[24 + j];
+		end
+
 	// The beat with its patch (values and byte selects: they do not depend on the beat's
-	// data) into a register slice; from there the patched beat to m_axis or the beat as it
-	// came to the CPU stream, each through a second register slice (all tready paths end at
-	// registers)
+	// data) into the second register slice; from there the patched beat to m_axis or the
+	// beat as it came to the CPU stream, each through a third register slice (all tready
+	// paths end at registers)
 	localparam int XW = 1 + 5 + 73 + 64 + 8;
 	logic [XW-1:0] x_q;
 	logic x_valid, x_cpu;
@@ -924,8 +946,8 @@ module nx_dir #(
 	logic [63:0] x_pval, x_pdata;
 	logic [7:0] x_phit;
 	nx_slice #(.W(XW)) u_xslice (
-		.clk, .rst, .s_valid(cur_valid && d_valid), .s_data({e_cpu, e_reason, d_out, e_pval, e_phit}),
-		.s_ready(x_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
+		.clk, .rst, .s_valid(g_valid), .s_data({g_cpu, g_rsn, g_d, e_pval, e_phit}),
+		.s_ready(g_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
 	);
 	assign {x_cpu, x_rsn, x_d, x_pval, x_phit} = x_q;
 	always_comb
