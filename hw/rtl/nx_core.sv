@@ -83,9 +83,6 @@ module nx_core #(
 	logic [31:0] n_addr, n_mask;
 	logic [47:0] n_dmac, n_smac;
 	logic [2:0]  n_ctl;
-	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
-	logic [NH*32-1:0] nh_addr, nh_mask;
-	logic [NH*48-1:0] nh_dmac, nh_smac;
 	logic [1:0] tw_en, tr_en;
 	logic tr_dir;
 	logic [3:0] tr_way;
@@ -106,9 +103,11 @@ module nx_core #(
 	// AXI4-Lite writes: accepted, then applied, then answered. In the cycle a write is
 	// accepted its word address is decoded one-hot into registers (wsel), the next-hop
 	// commit's index too (nh_we), the data into wd; in the next cycle every register it
-	// addresses is written with its enable straight from those registers. The answer waits
-	// two more cycles, until what the write starts (a table read back into RB_*, an activity
-	// snapshot into ACT_DATA) has reached the registers a read returns.
+	// addresses is written with its enable straight from those registers (each direction
+	// keeps its own copy of the next hops, written from nh_we and the staged n_* one and two
+	// cycles later). The answer waits two more cycles, until what the write starts (a table
+	// read back into RB_*, an activity snapshot into ACT_DATA, the next hops) has reached
+	// the registers it changes.
 	localparam int NWA = 41;  // word addresses 0x000 .. 0x0a0
 	logic [NWA-1:0] wsel;
 	logic [NH-1:0] nh_we;
@@ -155,7 +154,6 @@ module nx_core #(
 			r_mac_out <= 48'd0;
 			r_mtu_out <= 16'd1500;
 			r_mtu_in <= 16'd1500;
-			nh_valid <= '0;
 		end else begin
 			if (s_axil_bvalid && s_axil_bready)
 				s_axil_bvalid <= 1'b0;
@@ -182,16 +180,6 @@ module nx_core #(
 				tr_way <= wd[27:24];
 				tw_bucket <= wd[BLOG2-1:0];
 			end
-			for (int i = 0; i < NH; i++)
-				if (nh_we[i]) begin
-					nh_valid[i] <= n_ctl[0];
-					nh_inside[i] <= n_ctl[1];
-					nh_punt[i] <= n_ctl[2];
-					nh_addr[32*i +: 32] <= n_addr;
-					nh_mask[32*i +: 32] <= n_mask;
-					nh_dmac[48*i +: 48] <= n_dmac;
-					nh_smac[48*i +: 48] <= n_smac;
-				end
 			if (wsel_is(wsel, 12'h0a0)) begin
 				act_snap <= wd[31] ? 2'b10 : 2'b01;
 				act_dir <= wd[31];
@@ -331,7 +319,7 @@ module nx_core #(
 		.mtu(r_mtu_out), .seed(r_seed),
 		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
 		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]),
-		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
+		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[0]), .act_idx, .act_word(act_word[0]),
 		.ev_valid(ev_valid[0]), .ev_reason(ev_reason[0])
 	);
@@ -348,7 +336,7 @@ module nx_core #(
 		.mtu(r_mtu_in), .seed(r_seed),
 		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
 		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]),
-		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
+		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[1]), .act_idx, .act_word(act_word[1]),
 		.ev_valid(ev_valid[1]), .ev_reason(ev_reason[1])
 	);

@@ -80,13 +80,12 @@ module nx_dir #(
 	input  logic [BLOG2-1:0]       tr_bucket,
 	output logic [WAYS*nx_core_pkg::EW-1:0] tr_data,
 
-	input  logic [NH-1:0]    nh_valid,
-	input  logic [NH*32-1:0] nh_addr,
-	input  logic [NH*32-1:0] nh_mask,
-	input  logic [NH*48-1:0] nh_dmac,
-	input  logic [NH*48-1:0] nh_smac,
-	input  logic [NH-1:0]    nh_inside,  // egress on the inside
-	input  logic [NH-1:0]    nh_punt,    // to the CPU
+	input  logic [NH-1:0]    nh_we,      // commit the staged next hop into entry i (one-hot)
+	input  logic [31:0]      n_addr,     // the staged next hop
+	input  logic [31:0]      n_mask,
+	input  logic [47:0]      n_dmac,
+	input  logic [47:0]      n_smac,
+	input  logic [2:0]       n_ctl,      // {to the CPU, egress inside, valid}
 
 	input  logic        act_snap,
 	input  logic [15:0] act_idx,    // 32-bit word of activity bits
@@ -189,16 +188,20 @@ module nx_dir #(
 	endfunction
 
 	logic [3:0] z_ihl;
-	logic [159:0] z_l4;
+	logic [255:0] z_l4w;
 	logic [16:0] z_pair [0:14];
-	logic [15:0] z_kport;
+	logic [15:0] z_kpc [0:3];
 	logic [1:0] z_penc;
 	always_comb begin
 		z_ihl = p0_hdr[8 * 14 +: 4];
-		z_l4 = '0;
-		for (int i = 5; i < 16; i++)
-			if (z_ihl == 4'(i))
-				z_l4 = p0_hdr[8 * (14 + 4 * i) +: 160];
+		// the transport header starts at 14 + 4 * IHL: here the 32 bytes from
+		// 14 + 16 * IHL[3:2] (IHL 4 to 15; below 5 the frame is bad_ip whatever is read),
+		// in SB the 20 bytes at 4 * IHL[1:0] in them
+		case (z_ihl[3:2])
+		2'd3: z_l4w = p0_hdr[8 * 62 +: 256];
+		2'd2: z_l4w = p0_hdr[8 * 46 +: 256];
+		default: z_l4w = p0_hdr[8 * 30 +: 256];
+		endcase
 		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL; 30 at most)
 		for (int m = 0; m < 15; m++) begin
 			z_pair[m] = 17'd0;
@@ -213,15 +216,19 @@ module nx_dir #(
 		8'd1: z_penc = nx_core_pkg::P_ICMP;
 		default: z_penc = 2'd0;
 		endcase
-		z_kport = z_penc == nx_core_pkg::P_ICMP ? {z_l4[39:32], z_l4[47:40]} :
-			  (DIR == 0 ? {z_l4[7:0], z_l4[15:8]} : {z_l4[23:16], z_l4[31:24]});
+		// the key's port for each of the four places the header can start at in the window
+		for (int c = 0; c < 4; c++)
+			z_kpc[c] = z_penc == nx_core_pkg::P_ICMP ? {z_l4w[32 * c + 32 +: 8], z_l4w[32 * c + 40 +: 8]} :
+				   (DIR == 0 ? {z_l4w[32 * c +: 8], z_l4w[32 * c + 8 +: 8]} :
+					       {z_l4w[32 * c + 16 +: 8], z_l4w[32 * c + 24 +: 8]});
 	end
 
 	logic a_valid;
 	logic [HB*8-1:0] a_hdr;   // bytes 0..33 used (the rest is optimised away)
 	logic [15:0] a_len;
-	logic [159:0] a_l4;
+	logic [255:0] a_l4w;
 	logic [16:0] a_pair [0:14];
+	logic [15:0] a_kpc [0:3];
 	logic [15:0] a_kport;
 	logic [1:0] a_penc;
 	logic [31:0] a_kaddr;
@@ -232,10 +239,11 @@ module nx_dir #(
 			a_valid <= p0_valid;
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
-		a_l4 <= z_l4;
+		a_l4w <= z_l4w;
 		for (int m = 0; m < 15; m++)
 			a_pair[m] <= z_pair[m];
-		a_kport <= z_kport;
+		for (int c = 0; c < 4; c++)
+			a_kpc[c] <= z_kpc[c];
 		a_penc <= z_penc;
 		a_kaddr <= DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
 				    : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)};
@@ -249,6 +257,7 @@ module nx_dir #(
 	always_comb begin
 		y_ver = a_hdr[8 * 14 + 4 +: 4];
 		y_ihl = a_hdr[8 * 14 +: 4];
+		a_kport = a_kpc[y_ihl[1:0]];
 		y_hlen = {10'd0, y_ihl, 2'd0};
 		y_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
 		for (int g = 0; g < 4; g++)
@@ -273,7 +282,7 @@ module nx_dir #(
 			b_valid <= a_valid;
 		b_hdr <= a_hdr;
 		b_len <= a_len;
-		b_l4 <= a_l4;
+		b_l4 <= a_l4w[32 * y_ihl[1:0] +: 160];
 		b_l4len <= y_tot - y_hlen;
 		for (int g = 0; g < 4; g++)
 			b_grp[g] <= y_grp[g];
@@ -448,6 +457,32 @@ module nx_dir #(
 		s2_sum <= s1_sum;
 	end
 
+
+	// ---------------- the next hops: this direction's own copy ----------------
+	// Written from the core's staged next hop, DIR + 1 cycles after the commit's enable (the
+	// two copies' different enables also keep synthesis from merging them into one): each
+	// copy sits beside the lookup that reads it.
+	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
+	logic [NH*32-1:0] nh_addr, nh_mask;
+	logic [NH*48-1:0] nh_dmac, nh_smac;
+	logic [NH-1:0]    nh_we1, nh_wel;
+	always_ff @(posedge clk) begin
+		nh_we1 <= nh_we;
+		nh_wel <= DIR == 0 ? nh_we : nh_we1;
+		if (rst)
+			nh_valid <= '0;
+		for (int i = 0; i < NH; i++)
+			if (nh_wel[i]) begin
+				if (!rst)
+					nh_valid[i] <= n_ctl[0];
+				nh_inside[i] <= n_ctl[1];
+				nh_punt[i] <= n_ctl[2];
+				nh_addr[32*i +: 32] <= n_addr;
+				nh_mask[32*i +: 32] <= n_mask;
+				nh_dmac[48*i +: 48] <= n_dmac;
+				nh_smac[48*i +: 48] <= n_smac;
+			end
+	end
 
 	// ---------------- S2: the ways' entries into registers; outbound next-hop match ----------------
 	function automatic logic [4:0] nh_rsn(input logic found, input logic punt, input logic on_in);
