@@ -105,15 +105,15 @@ module nx_core #(
 	// commit's index too (nh_we), the data into wd; in the next cycle every register it
 	// addresses is written with its enable straight from those registers (each direction
 	// keeps its own copy of the next hops, written from nh_we and the staged n_* one and two
-	// cycles later). The answer waits two more cycles, until what the write starts (a table
-	// read back into RB_*, an activity snapshot into ACT_DATA, the next hops) has reached
-	// the registers it changes.
+	// cycles later). The answer waits three more cycles, until what the write starts (a
+	// table write or read back into RB_*, an activity snapshot into ACT_DATA, the next hops)
+	// has reached the registers or memories it changes.
 	localparam int NWA = 41;  // word addresses 0x000 .. 0x0a0
 	logic [NWA-1:0] wsel;
 	logic [NH-1:0] nh_we;
-	logic [2:0] wpend;        // a write accepted one, two, three cycles ago
+	logic [3:0] wpend;        // a write accepted one to four cycles ago
 	logic [31:0] wd;
-	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 3'b000;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 4'b0000;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
@@ -127,11 +127,11 @@ module nx_core #(
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
-			wpend <= 3'b000;
+			wpend <= 4'b0000;
 			wsel <= '0;
 			nh_we <= '0;
 		end else begin
-			wpend <= {wpend[1:0], wr};
+			wpend <= {wpend[2:0], wr};
 			for (int k = 0; k < NWA; k++)
 				wsel[k] <= wr && s_axil_awaddr[11:2] == 10'(k);
 			for (int i = 0; i < NH; i++)
@@ -157,7 +157,7 @@ module nx_core #(
 		end else begin
 			if (s_axil_bvalid && s_axil_bready)
 				s_axil_bvalid <= 1'b0;
-			if (wpend[2])
+			if (wpend[3])
 				s_axil_bvalid <= 1'b1;
 			if (wsel_is(wsel, 12'h008)) r_enable <= wd[0];
 			if (wsel_is(wsel, 12'h010)) r_pool_base <= wd;

@@ -400,7 +400,23 @@ module nx_dir #(
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
+	// Port B's request (a commit's write or a read back) into this direction's registers
+	// first (enabled by this direction's request, so the two directions' copies stay two):
+	// the memories' write data, address and enables come from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
+	logic [WAYS-1:0] pb_we;
+	logic pb_re;
+	logic [BLOG2-1:0] pb_addr;
+	logic [EW-1:0] pb_data;
+	always_ff @(posedge clk) begin
+		for (int w = 0; w < WAYS; w++)
+			pb_we[w] <= tw_en && tw_way == 4'(w);
+		pb_re <= tr_en;
+		if (tw_en || tr_en)
+			pb_addr <= tw_en ? tw_bucket : tr_bucket;
+		if (tw_en)
+			pb_data <= tw_data;
+	end
 	genvar gw;
 	generate
 		for (gw = 0; gw < WAYS; gw++) begin : g_way
@@ -414,10 +430,10 @@ module nx_dir #(
 				rd[gw] <= mem[s1_bucket];
 			end
 			always_ff @(posedge clk) begin
-				if (tw_en && tw_way == 4'(gw))
-					mem[tw_bucket] <= tw_data;
-				else if (tr_en)
-					tr_data[EW*gw +: EW] <= mem[tr_bucket];
+				if (pb_we[gw])
+					mem[pb_addr] <= pb_data;
+				else if (pb_re)
+					tr_data[EW*gw +: EW] <= mem[pb_addr];
 			end
 		end
 	endgenerate
