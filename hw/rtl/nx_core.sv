@@ -212,27 +212,28 @@ module nx_core #(
 	logic rcnt, rcnt2;         // the read is of a counter
 	logic [2:0] cgi;           // the counter's group
 	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
-	logic [31:0] rfix, rfix_d; // the other registers' value
+	logic [31:0] rfa, rfb, rfa_d, rfb_d; // the other registers' value: two halves, ORed in the last cycle
 	localparam int NCNT = 2 * NREASON;
 
 	always_comb begin
-		rfix_d = 32'd0;
-		if (rsel[0]) rfix_d = rfix_d | 32'h4e584857; // "NXHW"
-		if (rsel[1]) rfix_d = rfix_d | {8'd0, 8'(NH), 4'd0, 4'(WAYS), 8'(BLOG2)};
-		if (rsel[2]) rfix_d = rfix_d | {31'd0, r_enable};
-		if (rsel[4]) rfix_d = rfix_d | r_pool_base;
-		if (rsel[5]) rfix_d = rfix_d | r_pool_mask;
-		if (rsel[10]) rfix_d = rfix_d | {16'd0, r_mtu_out};
-		if (rsel[11]) rfix_d = rfix_d | {16'd0, r_mtu_in};
-		if (rsel[12]) rfix_d = rfix_d | r_seed;
-		if (rsel[25]) rfix_d = rfix_d | rb[35:4];
-		if (rsel[26]) rfix_d = rfix_d | {16'd0, rb[51:36]};
-		if (rsel[27]) rfix_d = rfix_d | rb[83:52];
-		if (rsel[28]) rfix_d = rfix_d | {16'd0, rb[99:84]};
-		if (rsel[29]) rfix_d = rfix_d | rb[131:100];
-		if (rsel[30]) rfix_d = rfix_d | {16'd0, rb[147:132]};
-		if (rsel[31]) rfix_d = rfix_d | {28'd0, rb[3:0]};
-		if (rsel[41]) rfix_d = rfix_d | act_word[act_dir];
+		rfa_d = 32'd0;
+		if (rsel[0]) rfa_d = rfa_d | 32'h4e584857; // "NXHW"
+		if (rsel[1]) rfa_d = rfa_d | {8'd0, 8'(NH), 4'd0, 4'(WAYS), 8'(BLOG2)};
+		if (rsel[2]) rfa_d = rfa_d | {31'd0, r_enable};
+		if (rsel[4]) rfa_d = rfa_d | r_pool_base;
+		if (rsel[5]) rfa_d = rfa_d | r_pool_mask;
+		if (rsel[10]) rfa_d = rfa_d | {16'd0, r_mtu_out};
+		if (rsel[11]) rfa_d = rfa_d | {16'd0, r_mtu_in};
+		if (rsel[12]) rfa_d = rfa_d | r_seed;
+		rfb_d = 32'd0;
+		if (rsel[25]) rfb_d = rfb_d | rb[35:4];
+		if (rsel[26]) rfb_d = rfb_d | {16'd0, rb[51:36]};
+		if (rsel[27]) rfb_d = rfb_d | rb[83:52];
+		if (rsel[28]) rfb_d = rfb_d | {16'd0, rb[99:84]};
+		if (rsel[29]) rfb_d = rfb_d | rb[131:100];
+		if (rsel[30]) rfb_d = rfb_d | {16'd0, rb[147:132]};
+		if (rsel[31]) rfb_d = rfb_d | {28'd0, rb[3:0]};
+		if (rsel[41]) rfb_d = rfb_d | (act_dir ? act_word[1] : act_word[0]);
 	end
 
 	always_ff @(posedge clk) begin
@@ -259,10 +260,11 @@ module nx_core #(
 				cgrp[g] <= (8 * g + 32'(cidx[2:0]) < NCNT) ? cnt[32 * (8 * g + 32'(cidx[2:0])) +: 32] : 32'd0;
 			cgi <= cidx[5:3];
 			rcnt2 <= rcnt;
-			rfix <= rfix_d;
+			rfa <= rfa_d;
+			rfb <= rfb_d;
 		end
 		if (ar_pend2)
-			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfix;
+			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfa | rfb;
 	end
 
 	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated; the reasons above

@@ -271,6 +271,7 @@ module nx_dir #(
 	logic b_valid;
 	logic [HB*8-1:0] b_hdr;
 	logic [15:0] b_len, b_l4len;
+	logic [6:0] b_poff, b_coff;
 	logic [159:0] b_l4;
 	logic [18:0] b_grp [0:3];
 	logic [31:0] b_h1;
@@ -284,6 +285,10 @@ module nx_dir #(
 		b_len <= a_len;
 		b_l4 <= a_l4w[32 * y_ihl[1:0] +: 160];
 		b_l4len <= y_tot - y_hlen;
+		// the offsets of the port (identifier) and of the transport checksum in the frame
+		b_poff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
+		b_coff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
+							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
 		for (int g = 0; g < 4; g++)
 			b_grp[g] <= y_grp[g];
 		b_h1 <= nx_core_pkg::nx_hash_a(a_kaddr, a_kport, a_penc, seed);
@@ -302,7 +307,6 @@ module nx_dir #(
 	logic q_bl4, q_icmp, q_tcpc;
 	logic [15:0] q_sport, q_dport, q_id, q_l4c, q_ulen;
 	logic [7:0] q_flags, q_type;
-	logic [6:0] q_l4off;
 	logic [31:0] q_hash;
 
 	always_comb begin
@@ -318,7 +322,6 @@ module nx_dir #(
 		q_da = {hb(b_hdr, 30), hb(b_hdr, 31), hb(b_hdr, 32), hb(b_hdr, 33)};
 		q_sum = ({13'd0, b_grp[0]} + {13'd0, b_grp[1]}) + ({13'd0, b_grp[2]} + {13'd0, b_grp[3]});
 		q_l4 = b_l4;
-		q_l4off = 7'd14 + {1'b0, q_ihl, 2'd0};
 		q_l4len = b_l4len;
 		q_sport = {q_l4[7:0], q_l4[15:8]};
 		q_dport = {q_l4[23:16], q_l4[31:24]};
@@ -392,9 +395,8 @@ module nx_dir #(
 		s1_l4c <= q_l4c;
 		s1_ttl8 <= q_ttl;
 		s1_proto8 <= q_proto;
-		s1_poff <= q_l4off + (q_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
-		s1_coff <= q_l4off + (q_penc == nx_core_pkg::P_TCP ? 7'd16 :
-				      q_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
+		s1_poff <= b_poff;
+		s1_coff <= b_coff;
 		s1_bucket <= q_hash[BLOG2-1:0];
 		s1_sum <= q_sum;
 	end
@@ -578,13 +580,15 @@ module nx_dir #(
 		n3_m <= DIR == 0 ? nh_match(s2_da, nh_valid, nh_addr, nh_mask) : '0;
 	end
 
-	// ---------------- S3: compare the ways; the header checksum's verdict ----------------
-	logic [WAYS-1:0] hv;
+	// ---------------- S3: compare the ways (the key's half and the remote's half, each into
+	// a register; S4 ANDs them); the header checksum's verdict ----------------
+	logic [WAYS-1:0] keq, req;
 	always_comb begin
-		for (int w = 0; w < WAYS; w++)
-			hv[w] = rq[w][0] && rq[w][3:2] == s3_penc && rq[w][35:4] == s3_kaddr &&
-				rq[w][51:36] == s3_kport &&
-				(!rq[w][1] || (rq[w][83:52] == s3_raddr && rq[w][99:84] == s3_rport));
+		for (int w = 0; w < WAYS; w++) begin
+			keq[w] = rq[w][0] && rq[w][3:2] == s3_penc && rq[w][35:4] == s3_kaddr &&
+				 rq[w][51:36] == s3_kport;
+			req[w] = !rq[w][1] || (rq[w][83:52] == s3_raddr && rq[w][99:84] == s3_rport);
+		end
 	end
 
 	logic s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc;
@@ -594,7 +598,7 @@ module nx_dir #(
 	logic [7:0] s4_ttl8, s4_proto8;
 	logic [6:0] s4_poff, s4_coff;
 	logic [BLOG2-1:0] s4_bucket;
-	logic [WAYS-1:0] s4_hv;
+	logic [WAYS-1:0] s4_keq, s4_req, s4_hv;
 	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
 	logic [NH-1:0] n4_sel;
 
@@ -613,13 +617,15 @@ module nx_dir #(
 		s4_poff <= s3_poff;
 		s4_coff <= s3_coff;
 		s4_bucket <= s3_bucket;
-		s4_hv <= hv;
+		s4_keq <= keq;
+		s4_req <= req;
 		for (int w = 0; w < WAYS; w++)
 			s4_x[w] <= rq[w][147:100];
 		n4_sel <= nh_first(n3_m);
 	end
 
 	// ---------------- S4: the hit way (the lowest-numbered); the outbound next hop's fields ----------------
+	assign s4_hv = s4_keq & s4_req;
 	logic [WAYS-1:0] c_first;
 	logic [47:0] c_x;
 	logic [3:0] c_way;
