@@ -848,20 +848,32 @@ module nx_dir #(
 	// a word; a bit set in the cycle of its word's snapshot stays set. Like the table, not
 	// cleared by reset (zero at configuration).
 	// The snapshot a cycle after the request: the word's index into this direction's own
-	// registers first, binary for the read and one-hot for the clear.
+	// registers first, binary for the read and one-hot for the clear. The copy in two steps:
+	// with the clear, the word of each group of eight that the index's low bits select;
+	// a cycle later, the group's.
 	localparam int AWL = EB - 5;
+	localparam int AG = (AWORDS_P + 7) / 8;  // groups of eight words
 	logic [AWORDS_P*32-1:0] act;
-	logic [AWL-1:0] act_aw;
-	logic act_go;
+	logic [AWL-1:0] act_aw, act_aw2;
+	logic act_go, act_go2;
 	logic [AWORDS_P-1:0] act_clr;
-	initial act = '0;
+	logic [31:0] act_grp [0:AG-1];
+	initial
+		for (int w = 0; w < AWORDS_P; w++)
+			act[32*w +: 32] = 32'd0;  // word by word: Verilator -Wall flags one 16k-bit '0 (WIDTHCONCAT)
 	always_ff @(posedge clk) begin
 		act_go <= act_snap;
 		act_aw <= act_idx[AWL-1:0];
 		for (int w = 0; w < AWORDS_P; w++)
 			act_clr[w] <= act_snap && act_idx[AWL-1:0] == AWL'(w);
-		if (act_go)
-			act_word <= act[32*act_aw +: 32];
+		act_go2 <= act_go;
+		if (act_go) begin
+			act_aw2 <= act_aw;
+			for (int g = 0; g < AG; g++)
+				act_grp[g] <= (8 * g + 32'(act_aw[2:0]) < AWORDS_P) ? act[32 * (8 * g + 32'(act_aw[2:0])) +: 32] : 32'd0;
+		end
+		if (act_go2)
+			act_word <= act_grp[act_aw2[AWL-1:3]];  // AWL >= 4: BLOG2 >= 7
 		for (int w = 0; w < AWORDS_P; w++) begin
 			if (act_clr[w])
 				act[32*w +: 32] <= f_setw[w] ? f_setb : 32'd0;
