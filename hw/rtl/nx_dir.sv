@@ -539,7 +539,7 @@ module nx_dir #(
 	endfunction
 
 	localparam int EB = $clog2(ENTRIES);
-	logic [15:0] v_stage; // v_stage[k]: stage Sk (k >= 3) holds a packet
+	logic [15:0] v_stage; // v_stage[k]: register stage k holds a packet (3: S3, 4: S4, 5: S4b, 6: S5, ... 12: the result)
 	always_ff @(posedge clk) begin
 		if (rst)
 			v_stage <= '0;
@@ -624,21 +624,51 @@ module nx_dir #(
 		n4_sel <= nh_first(n3_m);
 	end
 
-	// ---------------- S4: the hit way (the lowest-numbered); the outbound next hop's fields ----------------
+	// ---------------- S4: the hit way (the lowest-numbered, one-hot); the outbound next hop's fields ----------------
 	assign s4_hv = s4_keq & s4_req;
-	logic [WAYS-1:0] c_first;
+	logic s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc;
+	logic [1:0] s4b_penc;
+	logic [31:0] s4b_kaddr;
+	logic [15:0] s4b_kport, s4b_tot, s4b_ipc, s4b_l4c;
+	logic [7:0] s4b_ttl8, s4b_proto8;
+	logic [6:0] s4b_poff, s4b_coff;
+	logic [BLOG2-1:0] s4b_bucket;
+	logic [WAYS-1:0] s4b_first;       // the hit way, one-hot (none: a miss)
+	logic [47:0] s4b_x [0:WAYS-1];
+	logic [RW-1:0] r4b;
+
+	always_ff @(posedge clk) begin
+		{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
+			{s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
+		s4b_penc <= s4_penc;
+		s4b_kaddr <= s4_kaddr;
+		s4b_kport <= s4_kport;
+		s4b_tot <= s4_tot;
+		s4b_ipc <= s4_ipc;
+		s4b_l4c <= s4_l4c;
+		s4b_ttl8 <= s4_ttl8;
+		s4b_proto8 <= s4_proto8;
+		s4b_poff <= s4_poff;
+		s4b_coff <= s4_coff;
+		s4b_bucket <= s4_bucket;
+		for (int w = 0; w < WAYS; w++) begin
+			s4b_first[w] <= s4_hv[w] && (w == 0 ? 1'b1 : ((s4_hv & ((WAYS)'(1) << w) - (WAYS)'(1)) == '0));
+			s4b_x[w] <= s4_x[w];
+		end
+		r4b <= DIR == 0 ? nh_pick(n4_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+	end
+
+	// ---------------- S4b: the hit way's fields selected ----------------
 	logic [47:0] c_x;
 	logic [3:0] c_way;
 	always_comb begin
 		c_x = 48'd0;
 		c_way = 4'd0;
-		for (int w = 0; w < WAYS; w++) begin
-			c_first[w] = s4_hv[w] && (w == 0 ? 1'b1 : ((s4_hv & ((WAYS)'(1) << w) - (WAYS)'(1)) == '0));
-			if (c_first[w]) begin
-				c_x = c_x | s4_x[w];
+		for (int w = 0; w < WAYS; w++)
+			if (s4b_first[w]) begin
+				c_x = c_x | s4b_x[w];
 				c_way = c_way | 4'(w);
 			end
-		end
 	end
 
 	logic s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc;
@@ -653,22 +683,22 @@ module nx_dir #(
 
 	always_ff @(posedge clk) begin
 		{s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc} <=
-			{s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
-		s5_penc <= s4_penc;
-		s5_kaddr <= s4_kaddr;
-		s5_kport <= s4_kport;
-		s5_tot <= s4_tot;
-		s5_ipc <= s4_ipc;
-		s5_l4c <= s4_l4c;
-		s5_ttl8 <= s4_ttl8;
-		s5_proto8 <= s4_proto8;
-		s5_poff <= s4_poff;
-		s5_coff <= s4_coff;
-		s5_hit <= s4_hv != '0;
+			{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc};
+		s5_penc <= s4b_penc;
+		s5_kaddr <= s4b_kaddr;
+		s5_kport <= s4b_kport;
+		s5_tot <= s4b_tot;
+		s5_ipc <= s4b_ipc;
+		s5_l4c <= s4b_l4c;
+		s5_ttl8 <= s4b_ttl8;
+		s5_proto8 <= s4b_proto8;
+		s5_poff <= s4b_poff;
+		s5_coff <= s4b_coff;
+		s5_hit <= s4b_first != '0;
 		s5_xaddr <= c_x[31:0];
 		s5_xport <= c_x[47:32];
-		s5_eidx <= EB'(s4_bucket) * EB'(WAYS) + EB'(c_way);
-		r5 <= DIR == 0 ? nh_pick(n4_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		s5_eidx <= EB'(s4b_bucket) * EB'(WAYS) + EB'(c_way);
+		r5 <= r4b;
 	end
 
 	// ---------------- S5: the reason but for the inbound route and the MTU; the inbound
@@ -829,7 +859,7 @@ module nx_dir #(
 	logic [6:0] f_poff, f_coff;
 	logic [AWORDS_P-1:0] f_setw;
 	logic [31:0] f_setb;
-	assign f_valid = v_stage[11];
+	assign f_valid = v_stage[12];
 	always_ff @(posedge clk) begin
 		f_reason <= s10_reason;
 		f_mac <= DIR == 0 ? r10_out : s10_mac;
@@ -837,7 +867,7 @@ module nx_dir #(
 		f_l4c <= w_l4c;
 		{f_ttl, f_xaddr, f_xport, f_poff, f_coff} <= k10[CW-1:EB+2];
 		for (int w = 0; w < AWORDS_P; w++)
-			f_setw[w] <= v_stage[10] && s10_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
+			f_setw[w] <= v_stage[11] && s10_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
 		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
 	end
 
