@@ -6,33 +6,38 @@
 //   ingress   every beat goes into the data FIFO; the first 96 bytes are captured; at tlast
 //             the header and the frame's length enter the lookup pipeline (one packet per
 //             cycle, so back-to-back frames of any length never wait for it)
-//   SA        the transport header selected by IHL; the IPv4 header checksum's words added
-//             in pairs; the hash key's port
-//   SB        the first half of the bucket hash; the pairs summed in four groups; the IPv4
-//             length checks
+//   SA        32 bytes from 14 + 16 * IHL[3:2] and the key's port for each of the four
+//             places the transport header can start at in them; the IPv4 header checksum's
+//             words added in pairs
+//   SB        the transport header and the key's port selected by IHL[1:0]; the first half
+//             of the bucket hash; the pairs summed in four groups; the IPv4 length checks;
+//             the offsets of the port and the transport checksum
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
 //             bucket hash (the bucket addresses the table)
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
 //             checksum folded; the outbound next hop's prefix matches
-//   S3        the ways compared with the key; the first matching next hop (one-hot)
-//   S4        the hit way selected; the outbound next hop's fields
+//   S3        the ways compared with the key (the key's and the remote's halves, each into a
+//             register); the first matching next hop (one-hot)
+//   S4        the hit way (one-hot); the outbound next hop's fields
+//   S4b       the hit way's fields selected
 //   S5        the reason up to the inbound route; the inbound next hop's prefix matches; the
 //             checksum differences
 //   S6..S10   the inbound next hop's first match (S6) and fields (S7); the reason (S8); the
 //             checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite then
 //             nx_redirect, one adder or fold per stage) in S6 to S10
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
-//   egress    the data FIFO's beats with the metadata: the translated frame (MACs, TTL,
-//             address, port or identifier, both checksums patched in flight) to m_axis, or
-//             the frame unchanged to the CPU stream with its reason; the patch (values and
-//             byte selects) registered with the beat in a first register slice, then the
-//             m or c stream's own slice (every tready ends at registers)
+//   egress    the data FIFO's beats with the metadata (from a register slice behind the
+//             meta FIFO): the translated frame (MACs, TTL, address, port or identifier,
+//             both checksums patched in flight) to m_axis, or the frame unchanged to the
+//             CPU stream with its reason; the patch over two register slices (the fixed
+//             fields' bytes and the variable bytes' selects, then their OR), then the m or
+//             c stream's own slice (every tready ends at registers)
 //
 // Every block RAM's output goes straight into a register (the table's ways, the data
 // FIFO's second output register): its clock-to-out never adds to a path through logic.
 //
 // Nothing is dropped: a frame the core does not translate goes to the CPU stream. s_tready
-// falls only when the data FIFO is full or META packets wait for their metadata to leave.
+// falls only when the data FIFO is (nearly) full or MDEPTH frames are in flight.
 // The data FIFO must hold the longest frame (2^DLOG2 beats of 8 bytes).
 
 module nx_dir #(
