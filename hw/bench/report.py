@@ -73,6 +73,8 @@ def fmax(d, blog2):
         return None
     if "Routing complete" in text and len(got) >= 2:
         return "%.1f (routed)" % float(got[-1][1])
+    if not re.search(r"Info: Routing|Setting up routing queue", text):  # pnr.sh with BENCH_HW_PNR_ARGS=--no-route
+        return "%.1f (placement estimate, `--no-route`)" % float(got[0][1])
     return "%.1f (placement estimate: routing not finished)" % float(got[0][1])
 
 

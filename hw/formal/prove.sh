@@ -49,7 +49,10 @@ for m in one_fold diff4_17bit; do
 	if cmp -s ../rtl/nx_csum_pkg.sv "$tmp/$m.sv"; then
 		fail=$((fail + 1)); echo "FAILED   mutant $m: not made"; continue
 	fi
-	if run csum_equiv.ys "$tmp/$m.sv" | grep -q $'\tFAIL$'; then
+	# the results captured first: with pipefail, `run | grep -q` fails whenever grep exits at
+	# its first match before run has written its last line (SIGPIPE), a false "proven equal"
+	res=$(run csum_equiv.ys "$tmp/$m.sv")
+	if grep -q $'\tFAIL$' <<<"$res"; then
 		pass=$((pass + 1)); echo "refuted  mutant $m (a counterexample found, as it must be)"
 	else
 		fail=$((fail + 1)); echo "FAILED   mutant $m: proven equal though it is wrong"

@@ -83,9 +83,6 @@ module nx_core #(
 	logic [31:0] n_addr, n_mask;
 	logic [47:0] n_dmac, n_smac;
 	logic [2:0]  n_ctl;
-	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
-	logic [NH*32-1:0] nh_addr, nh_mask;
-	logic [NH*48-1:0] nh_dmac, nh_smac;
 	logic [1:0] tw_en, tr_en;
 	logic tr_dir;
 	logic [3:0] tr_way;
@@ -103,14 +100,20 @@ module nx_core #(
 	logic [4:0] ev_reason [0:1];
 
 	logic wr, rdq, ar_pend, ar_pend2;
-	logic [31:0] cnt_q; // the addressed counter, a cycle before the data
-	logic [11:0] ar_addr;
-	logic [5:0] cidx; // the counter a read addresses (computed with the address's register)
-	// a write in two cycles: address and data into registers, then applied (and answered)
-	logic wr_q;
+	// AXI4-Lite writes: accepted, then applied, then answered. In the cycle a write is
+	// accepted its word address is decoded one-hot into registers (wsel), the next-hop
+	// commit's index too (nh_we), the data into wd; in the next cycle every register it
+	// addresses is written with its enable straight from those registers (each direction
+	// keeps its own copy of the next hops, written from nh_we and the staged n_* one and two
+	// cycles later). The answer waits three more cycles, until what the write starts (a
+	// table write or read back into RB_*, an activity snapshot into ACT_DATA, the next hops)
+	// has reached the registers or memories it changes.
+	localparam int NWA = 41;  // word addresses 0x000 .. 0x0a0
+	logic [NWA-1:0] wsel;
+	logic [NH-1:0] nh_we;
+	logic [3:0] wpend;        // a write accepted one to four cycles ago
 	logic [31:0] wd;
-	logic [11:0] wa;
-	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && !wr_q;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 4'b0000;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
@@ -118,13 +121,23 @@ module nx_core #(
 	assign rdq = s_axil_arvalid && !s_axil_rvalid && !ar_pend && !ar_pend2;
 	assign s_axil_arready = rdq;
 
+	function automatic logic wsel_is(input logic [NWA-1:0] s, input logic [11:0] a);
+		wsel_is = s[a[7:2]];  // the addresses used are below 0x100
+	endfunction
+
 	always_ff @(posedge clk) begin
-		if (rst)
-			wr_q <= 1'b0;
-		else
-			wr_q <= wr;
+		if (rst) begin
+			wpend <= 4'b0000;
+			wsel <= '0;
+			nh_we <= '0;
+		end else begin
+			wpend <= {wpend[2:0], wr};
+			for (int k = 0; k < NWA; k++)
+				wsel[k] <= wr && s_axil_awaddr[11:2] == 10'(k);
+			for (int i = 0; i < NH; i++)
+				nh_we[i] <= wr && s_axil_awaddr[11:2] == 10'h27 && s_axil_wdata[7:0] == 8'(i);
+		end
 		wd <= s_axil_wdata;
-		wa <= {s_axil_awaddr[11:2], 2'b00};
 	end
 
 	always_ff @(posedge clk) begin
@@ -133,9 +146,6 @@ module nx_core #(
 		act_snap <= 2'b00;
 		if (rst) begin
 			s_axil_bvalid <= 1'b0;
-			s_axil_rvalid <= 1'b0;
-			ar_pend <= 1'b0;
-			ar_pend2 <= 1'b0;
 			r_enable <= 1'b0;
 			r_pool_base <= 32'd0;
 			r_pool_mask <= 32'hffffffff;
@@ -144,109 +154,117 @@ module nx_core #(
 			r_mac_out <= 48'd0;
 			r_mtu_out <= 16'd1500;
 			r_mtu_in <= 16'd1500;
-			nh_valid <= '0;
 		end else begin
 			if (s_axil_bvalid && s_axil_bready)
 				s_axil_bvalid <= 1'b0;
-			if (s_axil_rvalid && s_axil_rready)
-				s_axil_rvalid <= 1'b0;
-			if (wr_q) begin
+			if (wpend[3])
 				s_axil_bvalid <= 1'b1;
-				case (wa)
-				12'h008: r_enable <= wd[0];
-				12'h010: r_pool_base <= wd;
-				12'h014: r_pool_mask <= wd;
-				12'h018: r_mac_in[47:32] <= wd[15:0];
-				12'h01c: r_mac_in[31:0] <= wd;
-				12'h020: r_mac_out[47:32] <= wd[15:0];
-				12'h024: r_mac_out[31:0] <= wd;
-				12'h028: r_mtu_out <= wd[15:0];
-				12'h02c: r_mtu_in <= wd[15:0];
-				12'h030: r_seed <= wd;
-				12'h040: e_kaddr <= wd;
-				12'h044: e_kport <= wd[15:0];
-				12'h048: e_raddr <= wd;
-				12'h04c: e_rport <= wd[15:0];
-				12'h050: e_xaddr <= wd;
-				12'h054: e_xport <= wd[15:0];
-				12'h058: e_ctl <= wd[3:0];
-				12'h05c: begin
-					tw_en <= wd[31] ? 2'b10 : 2'b01;
-					tw_way <= wd[27:24];
-					tw_bucket <= wd[BLOG2-1:0];
-				end
-				12'h060: begin
-					tr_en <= wd[31] ? 2'b10 : 2'b01;
-					tr_dir <= wd[31];
-					tr_way <= wd[27:24];
-					tw_bucket <= wd[BLOG2-1:0];
-				end
-				12'h080: n_addr <= wd;
-				12'h084: n_mask <= wd;
-				12'h088: n_dmac[47:32] <= wd[15:0];
-				12'h08c: n_dmac[31:0] <= wd;
-				12'h090: n_smac[47:32] <= wd[15:0];
-				12'h094: n_smac[31:0] <= wd;
-				12'h098: n_ctl <= wd[2:0];
-				12'h09c: begin
-					for (int i = 0; i < NH; i++) begin
-						if (wd[7:0] == 8'(i)) begin
-							nh_valid[i] <= n_ctl[0];
-							nh_inside[i] <= n_ctl[1];
-							nh_punt[i] <= n_ctl[2];
-							nh_addr[32*i +: 32] <= n_addr;
-							nh_mask[32*i +: 32] <= n_mask;
-							nh_dmac[48*i +: 48] <= n_dmac;
-							nh_smac[48*i +: 48] <= n_smac;
-						end
-					end
-				end
-				12'h0a0: begin
-					act_snap <= wd[31] ? 2'b10 : 2'b01;
-					act_dir <= wd[31];
-					act_idx <= 16'(wd[15:0] % 16'(AWORDS));
-				end
-				default: ;
-				endcase
+			if (wsel_is(wsel, 12'h008)) r_enable <= wd[0];
+			if (wsel_is(wsel, 12'h010)) r_pool_base <= wd;
+			if (wsel_is(wsel, 12'h014)) r_pool_mask <= wd;
+			if (wsel_is(wsel, 12'h018)) r_mac_in[47:32] <= wd[15:0];
+			if (wsel_is(wsel, 12'h01c)) r_mac_in[31:0] <= wd;
+			if (wsel_is(wsel, 12'h020)) r_mac_out[47:32] <= wd[15:0];
+			if (wsel_is(wsel, 12'h024)) r_mac_out[31:0] <= wd;
+			if (wsel_is(wsel, 12'h028)) r_mtu_out <= wd[15:0];
+			if (wsel_is(wsel, 12'h02c)) r_mtu_in <= wd[15:0];
+			if (wsel_is(wsel, 12'h030)) r_seed <= wd;
+			if (wsel_is(wsel, 12'h05c)) begin
+				tw_en <= wd[31] ? 2'b10 : 2'b01;
+				tw_way <= wd[27:24];
+				tw_bucket <= wd[BLOG2-1:0];
 			end
-			// a read in three cycles: the address into a register, the counter, the data
-			if (rdq) begin
-				ar_pend <= 1'b1;
-				ar_addr <= {s_axil_araddr[11:2], 2'b00};
-				cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
+			if (wsel_is(wsel, 12'h060)) begin
+				tr_en <= wd[31] ? 2'b10 : 2'b01;
+				tr_dir <= wd[31];
+				tr_way <= wd[27:24];
+				tw_bucket <= wd[BLOG2-1:0];
 			end
-			if (ar_pend) begin
-				ar_pend <= 1'b0;
-				ar_pend2 <= 1'b1;
-				cnt_q <= cnt[32 * cidx +: 32];
-			end
-			if (ar_pend2) begin
-				ar_pend2 <= 1'b0;
-				s_axil_rvalid <= 1'b1;
-				s_axil_rdata <= 32'd0;
-				case (ar_addr)
-				12'h000: s_axil_rdata <= 32'h4e584857; // "NXHW"
-				12'h004: s_axil_rdata <= {8'd0, 8'(NH), 4'd0, 4'(WAYS), 8'(BLOG2)};
-				12'h008: s_axil_rdata <= {31'd0, r_enable};
-				12'h010: s_axil_rdata <= r_pool_base;
-				12'h014: s_axil_rdata <= r_pool_mask;
-				12'h028: s_axil_rdata <= {16'd0, r_mtu_out};
-				12'h02c: s_axil_rdata <= {16'd0, r_mtu_in};
-				12'h030: s_axil_rdata <= r_seed;
-				12'h064: s_axil_rdata <= rb[35:4];
-				12'h068: s_axil_rdata <= {16'd0, rb[51:36]};
-				12'h06c: s_axil_rdata <= rb[83:52];
-				12'h070: s_axil_rdata <= {16'd0, rb[99:84]};
-				12'h074: s_axil_rdata <= rb[131:100];
-				12'h078: s_axil_rdata <= {16'd0, rb[147:132]};
-				12'h07c: s_axil_rdata <= {28'd0, rb[3:0]};
-				12'h0a4: s_axil_rdata <= act_word[act_dir];
-				default:
-					if (ar_addr[11:8] == 4'h2 && {1'b0, ar_addr[6:2]} < 6'(NREASON)) // 0x200..0x2ff: counters
-						s_axil_rdata <= cnt_q;
-				endcase
+			if (wsel_is(wsel, 12'h0a0)) begin
+				act_snap <= wd[31] ? 2'b10 : 2'b01;
+				act_dir <= wd[31];
+				act_idx <= 16'(wd[15:0] % 16'(AWORDS));
 			end
 		end
+		// staging registers (no reset)
+		if (wsel_is(wsel, 12'h040)) e_kaddr <= wd;
+		if (wsel_is(wsel, 12'h044)) e_kport <= wd[15:0];
+		if (wsel_is(wsel, 12'h048)) e_raddr <= wd;
+		if (wsel_is(wsel, 12'h04c)) e_rport <= wd[15:0];
+		if (wsel_is(wsel, 12'h050)) e_xaddr <= wd;
+		if (wsel_is(wsel, 12'h054)) e_xport <= wd[15:0];
+		if (wsel_is(wsel, 12'h058)) e_ctl <= wd[3:0];
+		if (wsel_is(wsel, 12'h080)) n_addr <= wd;
+		if (wsel_is(wsel, 12'h084)) n_mask <= wd;
+		if (wsel_is(wsel, 12'h088)) n_dmac[47:32] <= wd[15:0];
+		if (wsel_is(wsel, 12'h08c)) n_dmac[31:0] <= wd;
+		if (wsel_is(wsel, 12'h090)) n_smac[47:32] <= wd[15:0];
+		if (wsel_is(wsel, 12'h094)) n_smac[31:0] <= wd;
+		if (wsel_is(wsel, 12'h098)) n_ctl <= wd[2:0];
+	end
+
+	// AXI4-Lite reads, three cycles: the address decoded into registers (rsel one-hot for
+	// the registers, the counter's index); the counter's group of eight and the other
+	// registers' value, each into a register; the data
+	localparam int NRA = 42;  // word addresses 0x000 .. 0x0a4
+	logic [NRA-1:0] rsel;
+	logic [5:0] cidx;          // the counter a read addresses
+	logic rcnt, rcnt2;         // the read is of a counter
+	logic [2:0] cgi;           // the counter's group
+	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
+	logic [31:0] rfa, rfb, rfa_d, rfb_d; // the other registers' value: two halves, ORed in the last cycle
+	localparam int NCNT = 2 * NREASON;
+
+	always_comb begin
+		rfa_d = 32'd0;
+		if (rsel[0]) rfa_d = rfa_d | 32'h4e584857; // "NXHW"
+		if (rsel[1]) rfa_d = rfa_d | {8'd0, 8'(NH), 4'd0, 4'(WAYS), 8'(BLOG2)};
+		if (rsel[2]) rfa_d = rfa_d | {31'd0, r_enable};
+		if (rsel[4]) rfa_d = rfa_d | r_pool_base;
+		if (rsel[5]) rfa_d = rfa_d | r_pool_mask;
+		if (rsel[10]) rfa_d = rfa_d | {16'd0, r_mtu_out};
+		if (rsel[11]) rfa_d = rfa_d | {16'd0, r_mtu_in};
+		if (rsel[12]) rfa_d = rfa_d | r_seed;
+		rfb_d = 32'd0;
+		if (rsel[25]) rfb_d = rfb_d | rb[35:4];
+		if (rsel[26]) rfb_d = rfb_d | {16'd0, rb[51:36]};
+		if (rsel[27]) rfb_d = rfb_d | rb[83:52];
+		if (rsel[28]) rfb_d = rfb_d | {16'd0, rb[99:84]};
+		if (rsel[29]) rfb_d = rfb_d | rb[131:100];
+		if (rsel[30]) rfb_d = rfb_d | {16'd0, rb[147:132]};
+		if (rsel[31]) rfb_d = rfb_d | {28'd0, rb[3:0]};
+		if (rsel[41]) rfb_d = rfb_d | (act_dir ? act_word[1] : act_word[0]);
+	end
+
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			s_axil_rvalid <= 1'b0;
+			ar_pend <= 1'b0;
+			ar_pend2 <= 1'b0;
+		end else begin
+			if (s_axil_rvalid && s_axil_rready)
+				s_axil_rvalid <= 1'b0;
+			ar_pend <= rdq;
+			ar_pend2 <= ar_pend;
+			if (ar_pend2)
+				s_axil_rvalid <= 1'b1;
+		end
+		if (rdq) begin
+			for (int k = 0; k < NRA; k++)
+				rsel[k] <= s_axil_araddr[11:2] == 10'(k);
+			rcnt <= s_axil_araddr[11:8] == 4'h2 && {1'b0, s_axil_araddr[6:2]} < 6'(NREASON);
+			cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
+		end
+		if (ar_pend) begin
+			for (int g = 0; g < 5; g++)
+				cgrp[g] <= (8 * g + 32'(cidx[2:0]) < NCNT) ? cnt[32 * (8 * g + 32'(cidx[2:0])) +: 32] : 32'd0;
+			cgi <= cidx[5:3];
+			rcnt2 <= rcnt;
+			rfa <= rfa_d;
+			rfb <= rfb_d;
+		end
+		if (ar_pend2)
+			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfa | rfb;
 	end
 
 	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated; the reasons above
@@ -267,16 +285,21 @@ module nx_core #(
 		end
 	end
 
-	// the read-back bucket's way, into a register (the block RAM's output ends there)
+	// the read-back bucket: both tables' port B outputs straight into registers (a block
+	// RAM's output ends at a register), then the addressed way into rb
+	logic [WAYS*EW-1:0] trq [0:1];
 	logic [EW-1:0] rb_d;
 	always_comb begin
 		rb_d = '0;
 		for (int w = 0; w < WAYS; w++)
 			if (tr_way == 4'(w))
-				rb_d = tr_data[tr_dir][EW*w +: EW];
+				rb_d = trq[tr_dir][EW*w +: EW];
 	end
-	always_ff @(posedge clk)
+	always_ff @(posedge clk) begin
+		trq[0] <= tr_data[0];
+		trq[1] <= tr_data[1];
 		rb <= rb_d;
+	end
 
 	wire [EW-1:0] tw_data = {e_xport, e_xaddr, e_rport, e_raddr, e_kport, e_kaddr, e_ctl[3:2], e_ctl[1], e_ctl[0]};
 
@@ -298,7 +321,7 @@ module nx_core #(
 		.mtu(r_mtu_out), .seed(r_seed),
 		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
 		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]),
-		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
+		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[0]), .act_idx, .act_word(act_word[0]),
 		.ev_valid(ev_valid[0]), .ev_reason(ev_reason[0])
 	);
@@ -315,7 +338,7 @@ module nx_core #(
 		.mtu(r_mtu_in), .seed(r_seed),
 		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
 		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]),
-		.nh_valid, .nh_addr, .nh_mask, .nh_dmac, .nh_smac, .nh_inside, .nh_punt,
+		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[1]), .act_idx, .act_word(act_word[1]),
 		.ev_valid(ev_valid[1]), .ev_reason(ev_reason[1])
 	);

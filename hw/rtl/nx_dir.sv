@@ -6,33 +6,38 @@
 //   ingress   every beat goes into the data FIFO; the first 96 bytes are captured; at tlast
 //             the header and the frame's length enter the lookup pipeline (one packet per
 //             cycle, so back-to-back frames of any length never wait for it)
-//   SA        the transport header selected by IHL; the IPv4 header checksum's words added
-//             in pairs; the hash key's port
-//   SB        the first half of the bucket hash; the pairs summed in four groups; the IPv4
-//             length checks
+//   SA        32 bytes from 14 + 16 * IHL[3:2] and the key's port for each of the four
+//             places the transport header can start at in them; the IPv4 header checksum's
+//             words added in pairs
+//   SB        the transport header and the key's port selected by IHL[1:0]; the first half
+//             of the bucket hash; the pairs summed in four groups; the IPv4 length checks;
+//             the offsets of the port and the transport checksum
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
 //             bucket hash (the bucket addresses the table)
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
 //             checksum folded; the outbound next hop's prefix matches
-//   S3        the ways compared with the key; the first matching next hop (one-hot)
-//   S4        the hit way selected; the outbound next hop's fields
+//   S3        the ways compared with the key (the key's and the remote's halves, each into a
+//             register); the first matching next hop (one-hot)
+//   S4        the hit way (one-hot); the outbound next hop's fields
+//   S4b       the hit way's fields selected
 //   S5        the reason up to the inbound route; the inbound next hop's prefix matches; the
 //             checksum differences
 //   S6..S10   the inbound next hop's first match (S6) and fields (S7); the reason (S8); the
 //             checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite then
 //             nx_redirect, one adder or fold per stage) in S6 to S10
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
-//   egress    the data FIFO's beats with the metadata: the translated frame (MACs, TTL,
-//             address, port or identifier, both checksums patched in flight) to m_axis, or
-//             the frame unchanged to the CPU stream with its reason; the patch (values and
-//             byte selects) registered with the beat in a first register slice, then the
-//             m or c stream's own slice (every tready ends at registers)
+//   egress    the data FIFO's beats with the metadata (from a register slice behind the
+//             meta FIFO): the translated frame (MACs, TTL, address, port or identifier,
+//             both checksums patched in flight) to m_axis, or the frame unchanged to the
+//             CPU stream with its reason; the patch over two register slices (the fixed
+//             fields' bytes and the variable bytes' selects, then their OR), then the m or
+//             c stream's own slice (every tready ends at registers)
 //
 // Every block RAM's output goes straight into a register (the table's ways, the data
 // FIFO's second output register): its clock-to-out never adds to a path through logic.
 //
 // Nothing is dropped: a frame the core does not translate goes to the CPU stream. s_tready
-// falls only when the data FIFO is full or META packets wait for their metadata to leave.
+// falls only when the data FIFO is (nearly) full or MDEPTH frames are in flight.
 // The data FIFO must hold the longest frame (2^DLOG2 beats of 8 bytes).
 
 module nx_dir #(
@@ -80,13 +85,12 @@ module nx_dir #(
 	input  logic [BLOG2-1:0]       tr_bucket,
 	output logic [WAYS*nx_core_pkg::EW-1:0] tr_data,
 
-	input  logic [NH-1:0]    nh_valid,
-	input  logic [NH*32-1:0] nh_addr,
-	input  logic [NH*32-1:0] nh_mask,
-	input  logic [NH*48-1:0] nh_dmac,
-	input  logic [NH*48-1:0] nh_smac,
-	input  logic [NH-1:0]    nh_inside,  // egress on the inside
-	input  logic [NH-1:0]    nh_punt,    // to the CPU
+	input  logic [NH-1:0]    nh_we,      // commit the staged next hop into entry i (one-hot)
+	input  logic [31:0]      n_addr,     // the staged next hop
+	input  logic [31:0]      n_mask,
+	input  logic [47:0]      n_dmac,
+	input  logic [47:0]      n_smac,
+	input  logic [2:0]       n_ctl,      // {to the CPU, egress inside, valid}
 
 	input  logic        act_snap,
 	input  logic [15:0] act_idx,    // 32-bit word of activity bits
@@ -105,34 +109,30 @@ module nx_dir #(
 	localparam int AWORDS_P = ENTRIES / 32;   // 32-bit words of activity bits
 
 	// ---------------- ingress ----------------
-	logic [HB*8-1:0] hcap, hnext;
+	logic [HB*8-1:0] hcap;
 	logic [12:0] bidx;
-	logic bfirst;               // the next beat is a frame's first
 	logic [HB/8-1:0] bsel;      // one-hot: the next beat is beat i of the header
 	logic [3:0] nbytes;
 	logic in_fire, in_ready;
-	logic [DLOG2:0] dlevel, dlevel_n;
-	logic [MLOG2+1:0] inflight, inflight_n;
-	logic meta_pop;
+	logic [DLOG2:0] dlevel;
+	logic [MLOG2+1:0] inflight;
+	logic meta_pop, e_end;
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
 
-	// s_tready is a register: the same condition as on the FIFO's and the pipeline's
-	// current counts, computed a cycle ahead from their next values
+	// s_tready is a register computed from the counts alone, a cycle old: high only when
+	// the FIFO held at most DDEPTH - 2 words and at most MDEPTH - 2 frames waited for their
+	// metadata to leave, so the beat (or the frame's end) it accepts always fits; it waits
+	// for no pop of the cycle, so it may fall a cycle early when the FIFO is nearly full
 	assign s_tready = in_ready;
 	assign in_fire = s_tvalid && in_ready;
-	assign inflight_n = inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(meta_pop);
 
 	always_comb begin
 		nbytes = 4'd0;
 		for (int i = 0; i < 8; i++)
 			nbytes = nbytes + {3'd0, s_tkeep[i]};
-		hnext = bfirst ? '0 : hcap;
-		for (int i = 0; i < HB / 8; i++)
-			if (bsel[i])
-				hnext[64*i +: 64] = s_tdata;
 	end
 
 	// the header of the frame whose last beat came in the cycle before: hcap itself (the
@@ -143,7 +143,6 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			bidx <= '0;
-			bfirst <= 1'b1;
 			bsel <= {{(HB/8-1){1'b0}}, 1'b1};
 			p0_valid <= 1'b0;
 			inflight <= '0;
@@ -151,31 +150,39 @@ module nx_dir #(
 		end else begin
 			p0_valid <= in_fire && s_tlast;
 			if (in_fire) begin
-				hcap <= hnext;
 				if (s_tlast) begin
 					bidx <= '0;
-					bfirst <= 1'b1;
 					bsel <= {{(HB/8-1){1'b0}}, 1'b1};
 				end else begin
 					if (bidx != 13'h1fff)
 						bidx <= bidx + 1'b1;
-					bfirst <= 1'b0;
 					bsel <= bsel << 1;
 				end
 			end
-			inflight <= inflight_n;
-			in_ready <= (dlevel_n < DDEPTH[DLOG2:0]) && (inflight_n < MDEPTH[MLOG2+1:0]);
+			inflight <= inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(e_end);
+			in_ready <= (dlevel < DDEPTH[DLOG2:0] - 1'b1) && (inflight < MDEPTH[MLOG2+1:0] - 1'b1);
 		end
 		if (in_fire && s_tlast)
 			p0_len <= {bidx, 3'd0} + {12'd0, nbytes};
 	end
+
+	// the header capture: beat i into its 64 bits of hcap, each slice enabled by its own
+	// one-hot bit, nothing cleared. The bytes past a frame's end keep an older frame's; no
+	// check depends on them: below 14 bytes the reason is not_for_us (bytes 0..5, the first
+	// beat's) or not_ipv4, below 34 bad_ip at the latest, and every field past byte 33 is
+	// read only after the IPv4 and transport length checks that precede it in the checks'
+	// order have found it inside the frame (docs/HARDWARE.md)
+	always_ff @(posedge clk)
+		for (int i = 0; i < HB / 8; i++)
+			if (in_fire && bsel[i])
+				hcap[64*i +: 64] <= s_tdata;
 
 	// data FIFO: {tlast, tkeep, tdata}
 	logic d_valid, d_pop;
 	logic [72:0] d_out;
 	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
 		.clk, .rst, .push(in_fire), .din({s_tlast, s_tkeep, s_tdata}),
-		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel), .level_n(dlevel_n)
+		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
 	);
 
 	// ---------------- SA: the transport header's position, partial sums ----------------
@@ -186,16 +193,20 @@ module nx_dir #(
 	endfunction
 
 	logic [3:0] z_ihl;
-	logic [159:0] z_l4;
+	logic [255:0] z_l4w;
 	logic [16:0] z_pair [0:14];
-	logic [15:0] z_kport;
+	logic [15:0] z_kpc [0:3];
 	logic [1:0] z_penc;
 	always_comb begin
 		z_ihl = p0_hdr[8 * 14 +: 4];
-		z_l4 = '0;
-		for (int i = 5; i < 16; i++)
-			if (z_ihl == 4'(i))
-				z_l4 = p0_hdr[8 * (14 + 4 * i) +: 160];
+		// the transport header starts at 14 + 4 * IHL: here the 32 bytes from
+		// 14 + 16 * IHL[3:2] (IHL 4 to 15; below 5 the frame is bad_ip whatever is read),
+		// in SB the 20 bytes at 4 * IHL[1:0] in them
+		case (z_ihl[3:2])
+		2'd3: z_l4w = p0_hdr[8 * 62 +: 256];
+		2'd2: z_l4w = p0_hdr[8 * 46 +: 256];
+		default: z_l4w = p0_hdr[8 * 30 +: 256];
+		endcase
 		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL; 30 at most)
 		for (int m = 0; m < 15; m++) begin
 			z_pair[m] = 17'd0;
@@ -210,15 +221,19 @@ module nx_dir #(
 		8'd1: z_penc = nx_core_pkg::P_ICMP;
 		default: z_penc = 2'd0;
 		endcase
-		z_kport = z_penc == nx_core_pkg::P_ICMP ? {z_l4[39:32], z_l4[47:40]} :
-			  (DIR == 0 ? {z_l4[7:0], z_l4[15:8]} : {z_l4[23:16], z_l4[31:24]});
+		// the key's port for each of the four places the header can start at in the window
+		for (int c = 0; c < 4; c++)
+			z_kpc[c] = z_penc == nx_core_pkg::P_ICMP ? {z_l4w[32 * c + 32 +: 8], z_l4w[32 * c + 40 +: 8]} :
+				   (DIR == 0 ? {z_l4w[32 * c +: 8], z_l4w[32 * c + 8 +: 8]} :
+					       {z_l4w[32 * c + 16 +: 8], z_l4w[32 * c + 24 +: 8]});
 	end
 
 	logic a_valid;
 	logic [HB*8-1:0] a_hdr;   // bytes 0..33 used (the rest is optimised away)
 	logic [15:0] a_len;
-	logic [159:0] a_l4;
+	logic [255:0] a_l4w;
 	logic [16:0] a_pair [0:14];
+	logic [15:0] a_kpc [0:3];
 	logic [15:0] a_kport;
 	logic [1:0] a_penc;
 	logic [31:0] a_kaddr;
@@ -229,10 +244,11 @@ module nx_dir #(
 			a_valid <= p0_valid;
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
-		a_l4 <= z_l4;
+		a_l4w <= z_l4w;
 		for (int m = 0; m < 15; m++)
 			a_pair[m] <= z_pair[m];
-		a_kport <= z_kport;
+		for (int c = 0; c < 4; c++)
+			a_kpc[c] <= z_kpc[c];
 		a_penc <= z_penc;
 		a_kaddr <= DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
 				    : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)};
@@ -246,6 +262,7 @@ module nx_dir #(
 	always_comb begin
 		y_ver = a_hdr[8 * 14 + 4 +: 4];
 		y_ihl = a_hdr[8 * 14 +: 4];
+		a_kport = a_kpc[y_ihl[1:0]];
 		y_hlen = {10'd0, y_ihl, 2'd0};
 		y_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
 		for (int g = 0; g < 4; g++)
@@ -259,6 +276,7 @@ module nx_dir #(
 	logic b_valid;
 	logic [HB*8-1:0] b_hdr;
 	logic [15:0] b_len, b_l4len;
+	logic [6:0] b_poff, b_coff;
 	logic [159:0] b_l4;
 	logic [18:0] b_grp [0:3];
 	logic [31:0] b_h1;
@@ -270,8 +288,12 @@ module nx_dir #(
 			b_valid <= a_valid;
 		b_hdr <= a_hdr;
 		b_len <= a_len;
-		b_l4 <= a_l4;
+		b_l4 <= a_l4w[32 * y_ihl[1:0] +: 160];
 		b_l4len <= y_tot - y_hlen;
+		// the offsets of the port (identifier) and of the transport checksum in the frame
+		b_poff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
+		b_coff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
+							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
 		for (int g = 0; g < 4; g++)
 			b_grp[g] <= y_grp[g];
 		b_h1 <= nx_core_pkg::nx_hash_a(a_kaddr, a_kport, a_penc, seed);
@@ -290,7 +312,6 @@ module nx_dir #(
 	logic q_bl4, q_icmp, q_tcpc;
 	logic [15:0] q_sport, q_dport, q_id, q_l4c, q_ulen;
 	logic [7:0] q_flags, q_type;
-	logic [6:0] q_l4off;
 	logic [31:0] q_hash;
 
 	always_comb begin
@@ -306,7 +327,6 @@ module nx_dir #(
 		q_da = {hb(b_hdr, 30), hb(b_hdr, 31), hb(b_hdr, 32), hb(b_hdr, 33)};
 		q_sum = ({13'd0, b_grp[0]} + {13'd0, b_grp[1]}) + ({13'd0, b_grp[2]} + {13'd0, b_grp[3]});
 		q_l4 = b_l4;
-		q_l4off = 7'd14 + {1'b0, q_ihl, 2'd0};
 		q_l4len = b_l4len;
 		q_sport = {q_l4[7:0], q_l4[15:8]};
 		q_dport = {q_l4[23:16], q_l4[31:24]};
@@ -380,15 +400,30 @@ module nx_dir #(
 		s1_l4c <= q_l4c;
 		s1_ttl8 <= q_ttl;
 		s1_proto8 <= q_proto;
-		s1_poff <= q_l4off + (q_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
-		s1_coff <= q_l4off + (q_penc == nx_core_pkg::P_TCP ? 7'd16 :
-				      q_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
+		s1_poff <= b_poff;
+		s1_coff <= b_coff;
 		s1_bucket <= q_hash[BLOG2-1:0];
 		s1_sum <= q_sum;
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
+	// Port B's request (a commit's write or a read back) into this direction's registers
+	// first (enabled by this direction's request, so the two directions' copies stay two):
+	// the memories' write data, address and enables come from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
+	logic [WAYS-1:0] pb_we;
+	logic pb_re;
+	logic [BLOG2-1:0] pb_addr;
+	logic [EW-1:0] pb_data;
+	always_ff @(posedge clk) begin
+		for (int w = 0; w < WAYS; w++)
+			pb_we[w] <= tw_en && tw_way == 4'(w);
+		pb_re <= tr_en;
+		if (tw_en || tr_en)
+			pb_addr <= tw_en ? tw_bucket : tr_bucket;
+		if (tw_en)
+			pb_data <= tw_data;
+	end
 	genvar gw;
 	generate
 		for (gw = 0; gw < WAYS; gw++) begin : g_way
@@ -402,10 +437,10 @@ module nx_dir #(
 				rd[gw] <= mem[s1_bucket];
 			end
 			always_ff @(posedge clk) begin
-				if (tw_en && tw_way == 4'(gw))
-					mem[tw_bucket] <= tw_data;
-				else if (tr_en)
-					tr_data[EW*gw +: EW] <= mem[tr_bucket];
+				if (pb_we[gw])
+					mem[pb_addr] <= pb_data;
+				else if (pb_re)
+					tr_data[EW*gw +: EW] <= mem[pb_addr];
 			end
 		end
 	endgenerate
@@ -446,6 +481,32 @@ module nx_dir #(
 	end
 
 
+	// ---------------- the next hops: this direction's own copy ----------------
+	// Written from the core's staged next hop, DIR + 1 cycles after the commit's enable (the
+	// two copies' different enables also keep synthesis from merging them into one): each
+	// copy sits beside the lookup that reads it.
+	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
+	logic [NH*32-1:0] nh_addr, nh_mask;
+	logic [NH*48-1:0] nh_dmac, nh_smac;
+	logic [NH-1:0]    nh_we1, nh_wel;
+	always_ff @(posedge clk) begin
+		nh_we1 <= nh_we;
+		nh_wel <= DIR == 0 ? nh_we : nh_we1;
+		if (rst)
+			nh_valid <= '0;
+		for (int i = 0; i < NH; i++)
+			if (nh_wel[i]) begin
+				if (!rst)
+					nh_valid[i] <= n_ctl[0];
+				nh_inside[i] <= n_ctl[1];
+				nh_punt[i] <= n_ctl[2];
+				nh_addr[32*i +: 32] <= n_addr;
+				nh_mask[32*i +: 32] <= n_mask;
+				nh_dmac[48*i +: 48] <= n_dmac;
+				nh_smac[48*i +: 48] <= n_smac;
+			end
+	end
+
 	// ---------------- S2: the ways' entries into registers; outbound next-hop match ----------------
 	function automatic logic [4:0] nh_rsn(input logic found, input logic punt, input logic on_in);
 		if (!found)
@@ -483,7 +544,7 @@ module nx_dir #(
 	endfunction
 
 	localparam int EB = $clog2(ENTRIES);
-	logic [15:0] v_stage; // v_stage[k]: stage Sk (k >= 3) holds a packet
+	logic [15:0] v_stage; // v_stage[k]: register stage k holds a packet (3: S3, 4: S4, 5: S4b, 6: S5, ... 12: the result)
 	always_ff @(posedge clk) begin
 		if (rst)
 			v_stage <= '0;
@@ -524,13 +585,15 @@ module nx_dir #(
 		n3_m <= DIR == 0 ? nh_match(s2_da, nh_valid, nh_addr, nh_mask) : '0;
 	end
 
-	// ---------------- S3: compare the ways; the header checksum's verdict ----------------
-	logic [WAYS-1:0] hv;
+	// ---------------- S3: compare the ways (the key's half and the remote's half, each into
+	// a register; S4 ANDs them); the header checksum's verdict ----------------
+	logic [WAYS-1:0] keq, req;
 	always_comb begin
-		for (int w = 0; w < WAYS; w++)
-			hv[w] = rq[w][0] && rq[w][3:2] == s3_penc && rq[w][35:4] == s3_kaddr &&
-				rq[w][51:36] == s3_kport &&
-				(!rq[w][1] || (rq[w][83:52] == s3_raddr && rq[w][99:84] == s3_rport));
+		for (int w = 0; w < WAYS; w++) begin
+			keq[w] = rq[w][0] && rq[w][3:2] == s3_penc && rq[w][35:4] == s3_kaddr &&
+				 rq[w][51:36] == s3_kport;
+			req[w] = !rq[w][1] || (rq[w][83:52] == s3_raddr && rq[w][99:84] == s3_rport);
+		end
 	end
 
 	logic s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc;
@@ -540,7 +603,7 @@ module nx_dir #(
 	logic [7:0] s4_ttl8, s4_proto8;
 	logic [6:0] s4_poff, s4_coff;
 	logic [BLOG2-1:0] s4_bucket;
-	logic [WAYS-1:0] s4_hv;
+	logic [WAYS-1:0] s4_keq, s4_req, s4_hv;
 	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
 	logic [NH-1:0] n4_sel;
 
@@ -559,26 +622,58 @@ module nx_dir #(
 		s4_poff <= s3_poff;
 		s4_coff <= s3_coff;
 		s4_bucket <= s3_bucket;
-		s4_hv <= hv;
+		s4_keq <= keq;
+		s4_req <= req;
 		for (int w = 0; w < WAYS; w++)
 			s4_x[w] <= rq[w][147:100];
 		n4_sel <= nh_first(n3_m);
 	end
 
-	// ---------------- S4: the hit way (the lowest-numbered); the outbound next hop's fields ----------------
-	logic [WAYS-1:0] c_first;
+	// ---------------- S4: the hit way (the lowest-numbered, one-hot); the outbound next hop's fields ----------------
+	assign s4_hv = s4_keq & s4_req;
+	logic s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc;
+	logic [1:0] s4b_penc;
+	logic [31:0] s4b_kaddr;
+	logic [15:0] s4b_kport, s4b_tot, s4b_ipc, s4b_l4c;
+	logic [7:0] s4b_ttl8, s4b_proto8;
+	logic [6:0] s4b_poff, s4b_coff;
+	logic [BLOG2-1:0] s4b_bucket;
+	logic [WAYS-1:0] s4b_first;       // the hit way, one-hot (none: a miss)
+	logic [47:0] s4b_x [0:WAYS-1];
+	logic [RW-1:0] r4b;
+
+	always_ff @(posedge clk) begin
+		{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
+			{s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
+		s4b_penc <= s4_penc;
+		s4b_kaddr <= s4_kaddr;
+		s4b_kport <= s4_kport;
+		s4b_tot <= s4_tot;
+		s4b_ipc <= s4_ipc;
+		s4b_l4c <= s4_l4c;
+		s4b_ttl8 <= s4_ttl8;
+		s4b_proto8 <= s4_proto8;
+		s4b_poff <= s4_poff;
+		s4b_coff <= s4_coff;
+		s4b_bucket <= s4_bucket;
+		for (int w = 0; w < WAYS; w++) begin
+			s4b_first[w] <= s4_hv[w] && (w == 0 ? 1'b1 : ((s4_hv & ((WAYS)'(1) << w) - (WAYS)'(1)) == '0));
+			s4b_x[w] <= s4_x[w];
+		end
+		r4b <= DIR == 0 ? nh_pick(n4_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+	end
+
+	// ---------------- S4b: the hit way's fields selected ----------------
 	logic [47:0] c_x;
 	logic [3:0] c_way;
 	always_comb begin
 		c_x = 48'd0;
 		c_way = 4'd0;
-		for (int w = 0; w < WAYS; w++) begin
-			c_first[w] = s4_hv[w] && (w == 0 ? 1'b1 : ((s4_hv & ((WAYS)'(1) << w) - (WAYS)'(1)) == '0));
-			if (c_first[w]) begin
-				c_x = c_x | s4_x[w];
+		for (int w = 0; w < WAYS; w++)
+			if (s4b_first[w]) begin
+				c_x = c_x | s4b_x[w];
 				c_way = c_way | 4'(w);
 			end
-		end
 	end
 
 	logic s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc;
@@ -593,22 +688,22 @@ module nx_dir #(
 
 	always_ff @(posedge clk) begin
 		{s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc} <=
-			{s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
-		s5_penc <= s4_penc;
-		s5_kaddr <= s4_kaddr;
-		s5_kport <= s4_kport;
-		s5_tot <= s4_tot;
-		s5_ipc <= s4_ipc;
-		s5_l4c <= s4_l4c;
-		s5_ttl8 <= s4_ttl8;
-		s5_proto8 <= s4_proto8;
-		s5_poff <= s4_poff;
-		s5_coff <= s4_coff;
-		s5_hit <= s4_hv != '0;
+			{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc};
+		s5_penc <= s4b_penc;
+		s5_kaddr <= s4b_kaddr;
+		s5_kport <= s4b_kport;
+		s5_tot <= s4b_tot;
+		s5_ipc <= s4b_ipc;
+		s5_l4c <= s4b_l4c;
+		s5_ttl8 <= s4b_ttl8;
+		s5_proto8 <= s4b_proto8;
+		s5_poff <= s4b_poff;
+		s5_coff <= s4b_coff;
+		s5_hit <= s4b_first != '0;
 		s5_xaddr <= c_x[31:0];
 		s5_xport <= c_x[47:32];
-		s5_eidx <= EB'(s4_bucket) * EB'(WAYS) + EB'(c_way);
-		r5 <= DIR == 0 ? nh_pick(n4_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		s5_eidx <= EB'(s4b_bucket) * EB'(WAYS) + EB'(c_way);
+		r5 <= r4b;
 	end
 
 	// ---------------- S5: the reason but for the inbound route and the MTU; the inbound
@@ -769,7 +864,7 @@ module nx_dir #(
 	logic [6:0] f_poff, f_coff;
 	logic [AWORDS_P-1:0] f_setw;
 	logic [31:0] f_setb;
-	assign f_valid = v_stage[11];
+	assign f_valid = v_stage[12];
 	always_ff @(posedge clk) begin
 		f_reason <= s10_reason;
 		f_mac <= DIR == 0 ? r10_out : s10_mac;
@@ -777,7 +872,7 @@ module nx_dir #(
 		f_l4c <= w_l4c;
 		{f_ttl, f_xaddr, f_xport, f_poff, f_coff} <= k10[CW-1:EB+2];
 		for (int w = 0; w < AWORDS_P; w++)
-			f_setw[w] <= v_stage[10] && s10_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
+			f_setw[w] <= v_stage[11] && s10_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
 		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
 	end
 
@@ -787,16 +882,35 @@ module nx_dir #(
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
 	// a word; a bit set in the cycle of its word's snapshot stays set. Like the table, not
 	// cleared by reset (zero at configuration).
+	// The snapshot a cycle after the request: the word's index into this direction's own
+	// registers first, binary for the read and one-hot for the clear. The copy in two steps:
+	// with the clear, the word of each group of eight that the index's low bits select;
+	// a cycle later, the group's.
 	localparam int AWL = EB - 5;
+	localparam int AG = (AWORDS_P + 7) / 8;  // groups of eight words
 	logic [AWORDS_P*32-1:0] act;
-	logic [AWL-1:0] act_aw;
-	assign act_aw = act_idx[AWL-1:0];
-	initial act = '0;
+	logic [AWL-1:0] act_aw, act_aw2;
+	logic act_go, act_go2;
+	logic [AWORDS_P-1:0] act_clr;
+	logic [31:0] act_grp [0:AG-1];
+	initial
+		for (int w = 0; w < AWORDS_P; w++)
+			act[32*w +: 32] = 32'd0;  // word by word: Verilator -Wall flags one 16k-bit '0 (WIDTHCONCAT)
 	always_ff @(posedge clk) begin
-		if (act_snap)
-			act_word <= act[32*act_aw +: 32];
+		act_go <= act_snap;
+		act_aw <= act_idx[AWL-1:0];
+		for (int w = 0; w < AWORDS_P; w++)
+			act_clr[w] <= act_snap && act_idx[AWL-1:0] == AWL'(w);
+		act_go2 <= act_go;
+		if (act_go) begin
+			act_aw2 <= act_aw;
+			for (int g = 0; g < AG; g++)
+				act_grp[g] <= (8 * g + 32'(act_aw[2:0]) < AWORDS_P) ? act[32 * (8 * g + 32'(act_aw[2:0])) +: 32] : 32'd0;
+		end
+		if (act_go2)
+			act_word <= act_grp[act_aw2[AWL-1:3]];  // AWL >= 4: BLOG2 >= 7
 		for (int w = 0; w < AWORDS_P; w++) begin
-			if (act_snap && act_aw == AWL'(w))
+			if (act_clr[w])
 				act[32*w +: 32] <= f_setw[w] ? f_setb : 32'd0;
 			else if (f_setw[w])
 				act[32*w +: 32] <= act[32*w +: 32] | f_setb;
@@ -807,11 +921,11 @@ module nx_dir #(
 	localparam int MW = 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7;
 	logic m_valid;
 	logic [MW-1:0] m_out;
-	logic [MLOG2:0] mlevel, mlevel_n;
+	logic [MLOG2:0] mlevel;
 	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
 		.clk, .rst, .push(f_valid),
 		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport, f_poff, f_l4c, f_coff}),
-		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel), .level_n(mlevel_n)
+		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
 	);
 
 	// ---------------- egress ----------------
@@ -823,44 +937,46 @@ module nx_dir #(
 	logic [31:0] e_addr;
 	logic [6:0] e_poff, e_coff, e_poff1, e_coff1;
 	logic [3:0] ebeat;
-	logic e_cpu, e_fire, m_rdy, c_rdy, x_rdy;
+	logic e_cpu, e_fire, m_rdy, c_rdy, x_rdy, g_rdy;
 	logic [63:0] e_pval;  // each byte's patch value
 	logic [7:0] e_phit;   // the bytes patched
 
+	// The current frame's metadata is the output of a register slice behind the meta FIFO
+	// (u_eslice): the FIFO's pop is the slice's registered ready, so the egress's handshake
+	// (a frame's last beat taken) reaches the slice's registers only, not the FIFO's read
+	// chain. A frame leaves the count of frames in flight with its last beat.
+	logic [MW+14:0] e_q;
 	assign e_fire = cur_valid && d_valid && x_rdy;
+	assign e_end = e_fire && d_out[72];
 	assign d_pop = e_fire;
-	assign meta_pop = m_valid && (!cur_valid || (e_fire && d_out[72]));
+	nx_slice #(.W(MW + 15)) u_eslice (
+		.clk, .rst, .s_valid(m_valid),
+		.s_data({m_out[MW-1 -: 5] != nx_core_pkg::R_XLATE, m_out, m_out[16 + 7 +: 7] + 7'd1, m_out[6:0] + 7'd1}),
+		.s_ready(meta_pop), .m_valid(cur_valid), .m_data(e_q), .m_ready(e_end)
+	);
+	assign {e_cpu, e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = e_q;
 
 	always_ff @(posedge clk) begin
-		if (rst) begin
-			cur_valid <= 1'b0;
+		if (rst)
 			ebeat <= 4'd0;
-		end else begin
-			if (meta_pop) begin
-				cur_valid <= 1'b1;
-			end else if (e_fire && d_out[72]) begin
-				cur_valid <= 1'b0;
-			end
-			if (e_fire)
-				ebeat <= d_out[72] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
-		end
-		if (meta_pop) begin
-			{e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff} <= m_out;
-			e_cpu <= m_out[MW-1 -: 5] != nx_core_pkg::R_XLATE;
-			e_poff1 <= m_out[16 + 7 +: 7] + 7'd1;  // poff sits above l4c and coff
-			e_coff1 <= m_out[6:0] + 7'd1;
-		end
+		else if (e_fire)
+			ebeat <= d_out[72] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
 	end
 
-	// The patch: each byte of the beat, by its offset in the frame, from the field it falls
-	// in. The MACs, TTL, IP checksum and address sit at fixed offsets (compared with
-	// constants); the port/identifier and the transport checksum follow IHL (compared with
-	// the offsets the parser computed). The fields never overlap in a translated frame
-	// (the transport header starts at 34 or later), so the byte is an OR of the selected
-	// fields. Beats past the 16th never hold a field.
+	// The patch, over two register slices. Each byte of the beat is patched by the field
+	// its offset in the frame falls in. The MACs, TTL, IP checksum and address sit at fixed
+	// offsets: their value and select for the beat depend on the beat's number alone and go
+	// into the first slice (u_gslice) with the beat. The port/identifier and the transport
+	// checksum follow IHL: for each of their four bytes, the byte select (the beat is the
+	// byte's beat, one-hot of its place in the beat) goes into the first slice, with the
+	// four values; the second (u_xslice) takes the patch, the selected values ORed. The
+	// fields never overlap in a translated frame (the transport header starts at 34 or
+	// later), so a byte is an OR of the selected fields. Beats past the 16th hold no field.
 	logic [95:0] e_macs;
 	assign e_macs = {e_dmac, e_smac};
-
+	logic [63:0] e_cval;     // the fixed fields' bytes in this beat
+	logic [7:0] e_chit;      // the bytes they patch
+	logic [31:0] e_vsel;     // per variable byte (port hi, lo, checksum hi, lo): the bytes it patches
 	always_comb begin
 		for (int j = 0; j < 8; j++) begin
 			logic [6:0] o;
@@ -891,31 +1007,41 @@ module nx_dir #(
 					v = v | e_addr[8 * (3 - k) +: 8];
 					hit = 1'b1;
 				end
-			if (o == e_poff) begin
-				v = v | e_port[15:8];
-				hit = 1'b1;
-			end
-			if (o == e_poff1) begin
-				v = v | e_port[7:0];
-				hit = 1'b1;
-			end
-			if (o == e_coff) begin
-				v = v | e_l4c[15:8];
-				hit = 1'b1;
-			end
-			if (o == e_coff1) begin
-				v = v | e_l4c[7:0];
-				hit = 1'b1;
-			end
-			e_pval[8*j +: 8] = v;
-			e_phit[j] = hit;
+			e_cval[8*j +: 8] = v;
+			e_chit[j] = hit;
+			e_vsel[j] = o == e_poff;
+			e_vsel[8 + j] = o == e_poff1;
+			e_vsel[16 + j] = o == e_coff;
+			e_vsel[24 + j] = o == e_coff1;
 		end
 	end
 
+	localparam int GW = 1 + 5 + 73 + 64 + 8 + 32 + 32;
+	logic [GW-1:0] g_q;
+	logic g_valid, g_cpu;
+	logic [4:0] g_rsn;
+	logic [72:0] g_d;
+	logic [63:0] g_cval;
+	logic [7:0] g_chit;
+	logic [31:0] g_vsel, g_vals;
+	nx_slice #(.W(GW)) u_gslice (
+		.clk, .rst, .s_valid(cur_valid && d_valid),
+		.s_data({e_cpu, e_reason, d_out, e_cval, e_chit, e_vsel, e_port, e_l4c}),
+		.s_ready(x_rdy), .m_valid(g_valid), .m_data(g_q), .m_ready(g_rdy)
+	);
+	assign {g_cpu, g_rsn, g_d, g_cval, g_chit, g_vsel, g_vals} = g_q;
+	always_comb
+		for (int j = 0; j < 8; j++) begin
+			e_pval[8*j +: 8] = g_cval[8*j +: 8] |
+				(g_vsel[j] ? g_vals[31:24] : 8'd0) | (g_vsel[8 + j] ? g_vals[23:16] : 8'd0) |
+				(g_vsel[16 + j] ? g_vals[15:8] : 8'd0) | (g_vsel[24 + j] ? g_vals[7:0] : 8'd0);
+			e_phit[j] = g_chit[j] | g_vsel[j] | g_vsel[8 + j] | g_vsel[16 + j] | g_vsel[24 + j];
+		end
+
 	// The beat with its patch (values and byte selects: they do not depend on the beat's
-	// data) into a register slice; from there the patched beat to m_axis or the beat as it
-	// came to the CPU stream, each through a second register slice (all tready paths end at
-	// registers)
+	// data) into the second register slice; from there the patched beat to m_axis or the
+	// beat as it came to the CPU stream, each through a third register slice (all tready
+	// paths end at registers)
 	localparam int XW = 1 + 5 + 73 + 64 + 8;
 	logic [XW-1:0] x_q;
 	logic x_valid, x_cpu;
@@ -924,8 +1050,8 @@ module nx_dir #(
 	logic [63:0] x_pval, x_pdata;
 	logic [7:0] x_phit;
 	nx_slice #(.W(XW)) u_xslice (
-		.clk, .rst, .s_valid(cur_valid && d_valid), .s_data({e_cpu, e_reason, d_out, e_pval, e_phit}),
-		.s_ready(x_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
+		.clk, .rst, .s_valid(g_valid), .s_data({g_cpu, g_rsn, g_d, e_pval, e_phit}),
+		.s_ready(g_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
 	);
 	assign {x_cpu, x_rsn, x_d, x_pval, x_phit} = x_q;
 	always_comb

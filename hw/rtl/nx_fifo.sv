@@ -19,8 +19,7 @@ module nx_fifo #(
 	input  logic         pop,
 	output logic         valid,
 	output logic [W-1:0] dout,
-	output logic [LOG2:0] level,
-	output logic [LOG2:0] level_n  // level's next value
+	output logic [LOG2:0] level
 );
 	localparam int DEPTH = 1 << LOG2;
 
@@ -32,7 +31,6 @@ module nx_fifo #(
 	logic load, move;
 
 	assign move = mv && (!valid || pop);
-	assign level_n = level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
 	assign load = (mcount != 0) && (!mv || move);
 
 	always_ff @(posedge clk) begin
@@ -66,7 +64,7 @@ module nx_fifo #(
 				valid <= 1'b1;
 			else if (pop)
 				valid <= 1'b0;
-			level <= level_n;
+			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
 		end
 	end
 endmodule
