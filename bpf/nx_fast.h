@@ -77,7 +77,7 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	struct nx_pkt p = {};
 	struct nx_sess *s;
 	__u32 pool_idx = 0;
-	int rc, fib_rc = 0, too_big = 0, hairpin, icmp_err, early;
+	int rc, fib_rc = 0, too_big = 0, hairpin, icmp_err, create, early;
 	nx_verdict v;
 	__u32 dst;
 
@@ -156,8 +156,9 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 	 * opens a connection or repeats one), a UDP datagram or an echo request while new
 	 * flows are frequent on this CPU (the setup predictor, scr->new_hint). Otherwise an
 	 * established packet would pay for loads it never uses. */
-	early = p.proto == IPPROTO_TCP ? (p.tcp_flags & (NX_TCPF_SYN | NX_TCPF_ACK)) == NX_TCPF_SYN
-				       : scr->new_hint >= NX_NEW_HINT_ON && nx_may_create(&p);
+	create = nx_may_create(&p);
+	early = create && (p.proto == IPPROTO_TCP ? !(p.tcp_flags & NX_TCPF_ACK)
+						  : scr->new_hint >= NX_NEW_HINT_ON);
 	if (early)
 		nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p.proto), bpf_ntohs(sk.in_port));
 	s = nx_sess_lookup_fast(cfg, &sk);
@@ -165,7 +166,7 @@ static __always_inline nx_verdict nx_fast_inside(struct xdp_md *ctx)
 		/* Any other packet that may open a connection: the fetch starts now, while
 		 * the session line's miss may still be in flight, not after the tail call and
 		 * the second parse. */
-		if (nx_may_create(&p)) {
+		if (create) {
 			if (scr->new_hint < NX_NEW_HINT_MAX)
 				scr->new_hint += NX_NEW_HINT_MISS;
 			if (!early)
