@@ -887,12 +887,27 @@ module nx_dir #(
 	// with the clear, the word of each group of eight that the index's low bits select;
 	// a cycle later, the group's.
 	localparam int AWL = EB - 5;
-	localparam int AG = (AWORDS_P + 7) / 8;  // groups of eight words
+	localparam int AG = AWORDS_P / 8;  // groups of eight words (AWORDS_P = 2^(BLOG2-3))
 	logic [AWORDS_P*32-1:0] act;
 	logic [AWL-1:0] act_aw, act_aw2;
 	logic act_go, act_go2;
 	logic [AWORDS_P-1:0] act_clr;
 	logic [31:0] act_grp [0:AG-1];
+	// group g's word that the index's low bits select, an AND-OR of constant slices: an
+	// index computed into the whole vector would be, for each group, a shifter over all of
+	// it (Yosys' $shiftx), whose mapping grows with the square of the table (it did not
+	// finish at 4k entries)
+	logic [AG*32-1:0] act_sel;
+	for (genvar g = 0; g < AG; g++) begin : g_act
+		logic [31:0] v;
+		always_comb begin
+			v = 32'd0;
+			for (int j = 0; j < 8; j++)
+				if (act_aw[2:0] == 3'(j))
+					v = v | act[32 * (8 * g + j) +: 32];
+		end
+		assign act_sel[32*g +: 32] = v;
+	end
 	initial
 		for (int w = 0; w < AWORDS_P; w++)
 			act[32*w +: 32] = 32'd0;  // word by word: Verilator -Wall flags one 16k-bit '0 (WIDTHCONCAT)
@@ -905,7 +920,7 @@ module nx_dir #(
 		if (act_go) begin
 			act_aw2 <= act_aw;
 			for (int g = 0; g < AG; g++)
-				act_grp[g] <= (8 * g + 32'(act_aw[2:0]) < AWORDS_P) ? act[32 * (8 * g + 32'(act_aw[2:0])) +: 32] : 32'd0;
+				act_grp[g] <= act_sel[32*g +: 32];
 		end
 		if (act_go2)
 			act_word <= act_grp[act_aw2[AWL-1:3]];  // AWL >= 4: BLOG2 >= 7
