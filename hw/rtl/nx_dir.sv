@@ -862,7 +862,8 @@ module nx_dir #(
 	logic [15:0] f_ipc, f_l4c, f_xport;
 	logic [31:0] f_xaddr;
 	logic [6:0] f_poff, f_coff;
-	logic [AWORDS_P-1:0] f_setw;
+	logic f_set;                // a translated frame: its activity bit (word f_seta, bit f_setb)
+	logic [EB-6:0] f_seta;
 	logic [31:0] f_setb;
 	assign f_valid = v_stage[12];
 	always_ff @(posedge clk) begin
@@ -871,8 +872,8 @@ module nx_dir #(
 		f_ipc <= nx_csum_pkg::nx_csum_fold(s10_tip2);
 		f_l4c <= w_l4c;
 		{f_ttl, f_xaddr, f_xport, f_poff, f_coff} <= k10[CW-1:EB+2];
-		for (int w = 0; w < AWORDS_P; w++)
-			f_setw[w] <= v_stage[11] && s10_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
+		f_set <= v_stage[11] && s10_reason == nx_core_pkg::R_XLATE;
+		f_seta <= k10[2 + 5 +: EB - 5];
 		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
 	end
 
@@ -880,55 +881,55 @@ module nx_dir #(
 	assign ev_reason = f_reason;
 
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
-	// a word; a bit set in the cycle of its word's snapshot stays set. Like the table, not
-	// cleared by reset (zero at configuration).
-	// The snapshot a cycle after the request: the word's index into this direction's own
-	// registers first, binary for the read and one-hot for the clear. The copy in two steps:
-	// with the clear, the word of each group of eight that the index's low bits select;
-	// a cycle later, the group's.
+	// a word. The bits are a memory of AWORDS_P words (block RAM from 4k entries up; not
+	// cleared by reset, zero at configuration, like the table), one operation a cycle, each
+	// read in its first cycle and written back in its second: a set ORs its bit in, a
+	// snapshot copies the word into act_word and writes 0. The write of the cycle before
+	// is forwarded to a read of the same word, whatever the memory returns for a read of
+	// a word being written. A set goes first; a snapshot waits for a cycle without one.
+	// Translated frames are 42 bytes (6 beats) or more and the pipeline keeps their
+	// spacing, so a snapshot waits one cycle at most: requested in cycle t, act_word holds
+	// it from t + 2 (t + 3 after a set), before the register write's answer. No hit is lost:
+	// a set before the snapshot is in it, one after it stays set.
 	localparam int AWL = EB - 5;
-	localparam int AG = AWORDS_P / 8;  // groups of eight words (AWORDS_P = 2^(BLOG2-3))
-	logic [AWORDS_P*32-1:0] act;
-	logic [AWL-1:0] act_aw, act_aw2;
-	logic act_go, act_go2;
-	logic [AWORDS_P-1:0] act_clr;
-	logic [31:0] act_grp [0:AG-1];
-	// group g's word that the index's low bits select, an AND-OR of constant slices: an
-	// index computed into the whole vector would be, for each group, a shifter over all of
-	// it (Yosys' $shiftx), whose mapping grows with the square of the table (it did not
-	// finish at 4k entries)
-	logic [AG*32-1:0] act_sel;
-	for (genvar g = 0; g < AG; g++) begin : g_act
-		logic [31:0] v;
-		always_comb begin
-			v = 32'd0;
-			for (int j = 0; j < 8; j++)
-				if (act_aw[2:0] == 3'(j))
-					v = v | act[32 * (8 * g + j) +: 32];
-		end
-		assign act_sel[32*g +: 32] = v;
-	end
+	logic [31:0] act_mem [0:AWORDS_P-1];
+	logic a_pend;                  // a snapshot waiting for a cycle without a set
+	logic [AWL-1:0] a_pidx;
+	logic i_snap;                  // the operation issued this cycle is a snapshot
+	logic [AWL-1:0] i_a;
+	logic o_v, o_snap;             // the operation whose word is read this cycle
+	logic [AWL-1:0] o_a;
+	logic [31:0] o_b, o_rd, o_old, o_new;
+	logic w_v;                     // the write of the cycle before
+	logic [AWL-1:0] w_a;
+	logic [31:0] w_d;
 	initial
 		for (int w = 0; w < AWORDS_P; w++)
-			act[32*w +: 32] = 32'd0;  // word by word: Verilator -Wall flags one 16k-bit '0 (WIDTHCONCAT)
+			act_mem[w] = 32'd0;
+	assign i_snap = (act_snap || a_pend) && !f_set;
+	assign i_a = f_set ? f_seta : act_snap ? act_idx[AWL-1:0] : a_pidx;
+	assign o_old = w_v && w_a == o_a ? w_d : o_rd;
+	assign o_new = o_snap ? 32'd0 : o_old | o_b;
 	always_ff @(posedge clk) begin
-		act_go <= act_snap;
-		act_aw <= act_idx[AWL-1:0];
-		for (int w = 0; w < AWORDS_P; w++)
-			act_clr[w] <= act_snap && act_idx[AWL-1:0] == AWL'(w);
-		act_go2 <= act_go;
-		if (act_go) begin
-			act_aw2 <= act_aw;
-			for (int g = 0; g < AG; g++)
-				act_grp[g] <= act_sel[32*g +: 32];
-		end
-		if (act_go2)
-			act_word <= act_grp[act_aw2[AWL-1:3]];  // AWL >= 4: BLOG2 >= 7
-		for (int w = 0; w < AWORDS_P; w++) begin
-			if (act_clr[w])
-				act[32*w +: 32] <= f_setw[w] ? f_setb : 32'd0;
-			else if (f_setw[w])
-				act[32*w +: 32] <= act[32*w +: 32] | f_setb;
+		o_rd <= act_mem[i_a];
+		if (o_v)
+			act_mem[o_a] <= o_new;
+		a_pend <= (act_snap || a_pend) && f_set;
+		if (act_snap)
+			a_pidx <= act_idx[AWL-1:0];
+		o_v <= f_set || i_snap;
+		o_snap <= i_snap;
+		o_a <= i_a;
+		o_b <= f_setb;
+		w_v <= o_v;
+		w_a <= o_a;
+		w_d <= o_new;
+		if (o_v && o_snap)
+			act_word <= o_old;
+		if (rst) begin
+			a_pend <= 1'b0;
+			o_v <= 1'b0;
+			w_v <= 1'b0;
 		end
 	end
 

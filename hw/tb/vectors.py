@@ -528,6 +528,69 @@ def writes_during_traffic(rnd):
     return c, tab
 
 
+def activity_snapshots_during_traffic(rnd, rounds=4):
+    """Activity bits under snapshots taken while frames translate: 32 flows whose entries
+    sit in the first activity word of each direction (buckets 0-7), one frame each way per
+    flow a round, in random order, while ACT_SNAP takes and clears that word of both
+    directions over and over; after the round's sync one more snapshot of each, then one
+    that must read 0. No hit is lost and none made up: in each round, the OR of a word's
+    snapshots is exactly the bits of the entries that translated. The snapshots land in
+    every cycle relative to the sets (a set and a snapshot of the same word in the same
+    cycle, or one cycle apart, are the forwarding cases)."""
+    c = Case("own/activity_snapshots_during_traffic", "own")
+    c.lines.append("reset")
+    seed = rnd.getrandbits(32)
+    configure(c, BASE_CFG, seed, None)
+    tab = Table(seed)
+    mask = (1 << BLOG2) - 1
+    fl, want = [], {0: 0, 1: 0}
+    iport = oport = 40000
+    while len(fl) < 32 and iport < 200000:
+        sub = SUBS[len(fl) % 8]
+        while nx_hash(sub, iport & 0xffff, P_UDP, seed) & mask >= 8:
+            iport += 1
+        oip = POOL + len(fl) % 8
+        while nx_hash(oip, oport & 0xffff, P_UDP, seed) & mask >= 8:
+            oport += 1
+        f = Flow(17, sub, iport & 0xffff, SERVERS[len(fl) % 2], 53, oip, oport & 0xffff)
+        iport += 1
+        oport += 1
+        s0, s1 = f.install(c, tab)
+        if s0 is None or s1 is None:
+            for sl in (s0, s1):
+                if sl is not None:
+                    tab.remove(c, sl)
+            continue
+        fl.append(f)
+        for d, (_, b, way) in ((0, s0), (1, s1)):
+            want[d] |= 1 << (b * WAYS + way)
+    c.actrounds = []
+    for r in range(rounds):
+        gap, stall = ((0, 0), (0, 0), (6, 0), (4, 10))[r % 4]
+        c.lines.append("mode %d %d %x" % (gap, stall, rnd.getrandbits(31) | 1))
+        order = [(f, d) for f in fl for d in (0, 1)]
+        rnd.shuffle(order)
+        for k, (f, d) in enumerate(order):
+            fr = (f.out_frame if d == 0 else f.in_frame)(rnd, 64, ident=k)
+            c.frame(d, fr, ("xlate", (f.out_x if d == 0 else f.in_x)(fr)))
+        seq = []
+        for k in range(90 + rnd.randrange(8)):
+            d = k & 1
+            if rnd.randrange(3) == 0:
+                c.r(REG_ID)   # shifts the snapshots against the frames
+            c.w(REG_ACT_SNAP, d << 31)
+            c.r(REG_ACT_DATA)
+            seq.append(d)
+        c.lines.append("sync")
+        for d in (0, 1, 0, 1):
+            c.w(REG_ACT_SNAP, d << 31)
+            c.r(REG_ACT_DATA)
+            seq.append(d)
+        c.actrounds.append(seq)
+    c.actwant = want
+    return c, tab
+
+
 # ---------------- running and checking ----------------
 
 def check(c, out, tab):
@@ -614,6 +677,22 @@ def check(c, out, tab):
             if a in cnt and cnt[a] != tally[(d, r)]:
                 fails.append("counter dir %d %s: %d, frames %d" % (d, REASONS[r], cnt[a], tally[(d, r)]))
     acts = [v for a, v in reads if a == REG_ACT_DATA]
+    for r, seq in enumerate(getattr(c, "actrounds", [])):
+        got, acts = acts[:len(seq)], acts[len(seq):]
+        if len(got) < len(seq):
+            fails.append("activity round %d: %d snapshots read of %d" % (r, len(got), len(seq)))
+            break
+        for d in (0, 1):
+            words = [v for v, dd in zip(got, seq) if dd == d]
+            seen = 0
+            for v in words[:-1]:
+                seen |= v
+            if seen != c.actwant[d]:
+                fails.append("activity round %d dir %d: snapshots hold %08x, translated entries %08x"
+                             " (lost %08x, made up %08x)" % (r, d, seen, c.actwant[d],
+                                                           c.actwant[d] & ~seen, seen & ~c.actwant[d]))
+            if words[-1] != 0:
+                fails.append("activity round %d dir %d: %08x after the last snapshot" % (r, d, words[-1]))
     for i, (chk, slot) in enumerate([x for x in c.checks if x[0] == "act"]):
         d, b, way = slot
         if 2 * i + 1 >= len(acts):
@@ -693,6 +772,7 @@ def main():
     cases.append(own_case("output_stalls_heavy", rnd, 200, 0, 80, True, [60, 64, 200, 1514]))
     cases.append(own_case("input_gaps_heavy", rnd, 200, 80, 0, True, [60, 64, 200, 9000]))
     cases.append(writes_during_traffic(rnd))
+    cases.append(activity_snapshots_during_traffic(rnd))
     cases.append(disabled_then_enabled(rnd))
     cases.append(latency_single_frame(rnd))
     cases.append(line_rate_full_table(rnd))
