@@ -544,17 +544,15 @@ def activity_snapshots_during_traffic(rnd, rounds=4):
     tab = Table(seed)
     mask = (1 << BLOG2) - 1
     fl, want = [], {0: 0, 1: 0}
-    iport = oport = 40000
-    while len(fl) < 32 and iport < 200000:
-        sub = SUBS[len(fl) % 8]
-        while nx_hash(sub, iport & 0xffff, P_UDP, seed) & mask >= 8:
-            iport += 1
-        oip = POOL + len(fl) % 8
-        while nx_hash(oip, oport & 0xffff, P_UDP, seed) & mask >= 8:
-            oport += 1
-        f = Flow(17, sub, iport & 0xffff, SERVERS[len(fl) % 2], 53, oip, oport & 0xffff)
-        iport += 1
-        oport += 1
+    i = j = 0   # candidates: (SUBS[i % 8], 1024 + i // 8) inside, (POOL + j % 8, 1024 + j // 8) outside
+    while len(fl) < 32 and i < 8 * 64000 and j < 8 * 64000:
+        while i < 8 * 64000 and nx_hash(SUBS[i % 8], 1024 + i // 8, P_UDP, seed) & mask >= 8:
+            i += 1
+        while j < 8 * 64000 and nx_hash(POOL + j % 8, 1024 + j // 8, P_UDP, seed) & mask >= 8:
+            j += 1
+        f = Flow(17, SUBS[i % 8], 1024 + i // 8, SERVERS[len(fl) % 2], 53, POOL + j % 8, 1024 + j // 8)
+        i += 1
+        j += 1
         s0, s1 = f.install(c, tab)
         if s0 is None or s1 is None:
             for sl in (s0, s1):
