@@ -3,9 +3,10 @@
 // nx_dir: one direction of the NAT core (DIR 0: inside -> outside, DIR 1: outside ->
 // inside). Store and forward:
 //
-//   ingress   every beat goes into the data FIFO; the first 96 bytes are captured; at tlast
-//             the header and the frame's length enter the lookup pipeline (one packet per
-//             cycle, so back-to-back frames of any length never wait for it)
+//   ingress   every beat goes into an input register, from there into the data FIFO; the
+//             first 96 bytes are captured; at tlast the header and the frame's length enter
+//             the lookup pipeline (one packet per cycle, so back-to-back frames of any
+//             length never wait for it)
 //   SA        32 bytes from 14 + 16 * IHL[3:2] and the key's port for each of the four
 //             places the transport header can start at in them; the IPv4 header checksum's
 //             words added in pairs
@@ -15,16 +16,17 @@
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
 //             bucket hash (the bucket addresses the table)
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
-//             checksum folded; the outbound next hop's prefix matches
-//   S3        the ways compared with the key (the key's and the remote's halves, each into a
-//             register); the first matching next hop (one-hot)
-//   S4        the hit way (one-hot); the outbound next hop's fields
-//   S4b       the hit way's fields selected
-//   S5        the reason up to the inbound route; the inbound next hop's prefix matches; the
-//             checksum differences
-//   S6..S10   the inbound next hop's first match (S6) and fields (S7); the reason (S8); the
-//             checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite then
-//             nx_redirect, one adder or fold per stage) in S6 to S10
+//             checksum folded; the outbound next hop's prefix compares (4-bit pieces)
+//   S3        the ways compared with the key in 7-bit pieces, each into a register; the
+//             outbound next hops that match (all pieces, valid)
+//   S4        the ways that match (all pieces); the first matching next hop (one-hot)
+//   S4b       the hit way (the lowest-numbered) and its fields selected; the outbound next
+//             hop's fields
+//   S5        the reason up to the inbound route; the inbound next hop's prefix compares;
+//             the checksum differences
+//   S6..S10   the inbound next hop's matches (S6), first match (S7) and fields (S8); the
+//             reason (S9); the checksums' sums and folds (bpf/nx_csum.h's sequence,
+//             nx_rewrite then nx_redirect, one adder or fold per stage) in S6 to S10
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
 //   egress    the data FIFO's beats with the metadata (from a register slice behind the
 //             meta FIFO): the translated frame (MACs, TTL, address, port or identifier,
@@ -109,6 +111,10 @@ module nx_dir #(
 	localparam int AWORDS_P = ENTRIES / 32;   // 32-bit words of activity bits
 
 	// ---------------- ingress ----------------
+	// The accepted beat goes into an input register stage first (i_*): the data FIFO's
+	// write and the header capture take it from there, and each 64-bit slice of the capture
+	// is enabled by its own register (i_cap[i], set with the beat it captures), so no
+	// enable is a combination of s_tvalid and s_tready fanned out over the whole capture.
 	logic [HB*8-1:0] hcap;
 	logic [12:0] bidx;
 	logic [HB/8-1:0] bsel;      // one-hot: the next beat is beat i of the header
@@ -116,16 +122,25 @@ module nx_dir #(
 	logic in_fire, in_ready;
 	logic [DLOG2:0] dlevel;
 	logic [MLOG2+1:0] inflight;
-	logic meta_pop, e_end;
+	logic meta_pop, e_end, e_end_r;
+
+	logic i_valid, i_last;
+	logic [63:0] i_data;
+	logic [7:0] i_keep;
+	logic [HB/8-1:0] i_cap;     // the beat in i_data is beat i of the header
+	logic [15:0] i_len;         // the length of the frame whose last beat is in i_data
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
 
 	// s_tready is a register computed from the counts alone, a cycle old: high only when
-	// the FIFO held at most DDEPTH - 2 words and at most MDEPTH - 2 frames waited for their
-	// metadata to leave, so the beat (or the frame's end) it accepts always fits; it waits
-	// for no pop of the cycle, so it may fall a cycle early when the FIFO is nearly full
+	// the FIFO held at most DDEPTH - 3 words (one more may be in the input register) and at
+	// most MDEPTH - 3 frames were counted in flight (the count takes a frame's end from the
+	// input register and a frame's departure a cycle late, both from registers: one frame
+	// may be missing from it), so the beat (or the frame's end) it accepts always fits; it
+	// waits for no pop of the cycle, so it may fall a cycle early when the FIFO is nearly
+	// full
 	assign s_tready = in_ready;
 	assign in_fire = s_tvalid && in_ready;
 
@@ -135,20 +150,25 @@ module nx_dir #(
 			nbytes = nbytes + {3'd0, s_tkeep[i]};
 	end
 
-	// the header of the frame whose last beat came in the cycle before: hcap itself (the
-	// next frame's first beat overwrites it only at the end of that cycle, when SA has
-	// taken what it needs)
+	// the header of the frame whose last beat was in the input register the cycle before:
+	// hcap itself (the next frame's first beat overwrites it only at the end of that cycle,
+	// when SA has taken what it needs)
 	assign p0_hdr = hcap;
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			bidx <= '0;
 			bsel <= {{(HB/8-1){1'b0}}, 1'b1};
+			i_valid <= 1'b0;
+			i_cap <= '0;
 			p0_valid <= 1'b0;
 			inflight <= '0;
+			e_end_r <= 1'b0;
 			in_ready <= 1'b1;
 		end else begin
-			p0_valid <= in_fire && s_tlast;
+			i_valid <= in_fire;
+			i_cap <= in_fire ? bsel : '0;
+			p0_valid <= i_valid && i_last;
 			if (in_fire) begin
 				if (s_tlast) begin
 					bidx <= '0;
@@ -159,29 +179,34 @@ module nx_dir #(
 					bsel <= bsel << 1;
 				end
 			end
-			inflight <= inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(e_end);
-			in_ready <= (dlevel < DDEPTH[DLOG2:0] - 1'b1) && (inflight < MDEPTH[MLOG2+1:0] - 1'b1);
+			e_end_r <= e_end;
+			inflight <= inflight + (MLOG2+2)'(i_valid && i_last) - (MLOG2+2)'(e_end_r);
+			in_ready <= (dlevel < DDEPTH[DLOG2:0] - (DLOG2+1)'(2)) && (inflight < MDEPTH[MLOG2+1:0] - (MLOG2+2)'(2));
 		end
+		i_data <= s_tdata;
+		i_keep <= s_tkeep;
+		i_last <= s_tlast;
 		if (in_fire && s_tlast)
-			p0_len <= {bidx, 3'd0} + {12'd0, nbytes};
+			i_len <= {bidx, 3'd0} + {12'd0, nbytes};
+		p0_len <= i_len;
 	end
 
 	// the header capture: beat i into its 64 bits of hcap, each slice enabled by its own
-	// one-hot bit, nothing cleared. The bytes past a frame's end keep an older frame's; no
+	// register, nothing cleared. The bytes past a frame's end keep an older frame's; no
 	// check depends on them: below 14 bytes the reason is not_for_us (bytes 0..5, the first
 	// beat's) or not_ipv4, below 34 bad_ip at the latest, and every field past byte 33 is
 	// read only after the IPv4 and transport length checks that precede it in the checks'
 	// order have found it inside the frame (docs/HARDWARE.md)
 	always_ff @(posedge clk)
 		for (int i = 0; i < HB / 8; i++)
-			if (in_fire && bsel[i])
-				hcap[64*i +: 64] <= s_tdata;
+			if (i_cap[i])
+				hcap[64*i +: 64] <= i_data;
 
 	// data FIFO: {tlast, tkeep, tdata}
 	logic d_valid, d_pop;
 	logic [72:0] d_out;
 	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
-		.clk, .rst, .push(in_fire), .din({s_tlast, s_tkeep, s_tdata}),
+		.clk, .rst, .push(i_valid), .din({i_last, i_keep, i_data}),
 		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
 	);
 
@@ -519,12 +544,19 @@ module nx_dir #(
 			nh_rsn = nx_core_pkg::R_XLATE;
 	endfunction
 
-	// next-hop lookup in three steps, a register after each: the valid entries whose prefix
-	// holds the address; the lowest-numbered of them (one-hot); its fields
-	function automatic logic [NH-1:0] nh_match(input logic [31:0] a, input logic [NH-1:0] v,
+	// next-hop lookup in four steps, a register after each: each entry's prefix compared
+	// with the address in eight 4-bit pieces; the valid entries whose pieces all match;
+	// the lowest-numbered of them (one-hot); its fields
+	function automatic logic [NH*8-1:0] nh_cmp(input logic [31:0] a,
 						    input logic [NH*32-1:0] ad, input logic [NH*32-1:0] mk);
 		for (int i = 0; i < NH; i++)
-			nh_match[i] = v[i] && ((a & mk[32*i +: 32]) == ad[32*i +: 32]);
+			for (int c = 0; c < 8; c++)
+				nh_cmp[8*i + c] = (a[4*c +: 4] & mk[32*i + 4*c +: 4]) == ad[32*i + 4*c +: 4];
+	endfunction
+
+	function automatic logic [NH-1:0] nh_match(input logic [NH*8-1:0] c, input logic [NH-1:0] v);
+		for (int i = 0; i < NH; i++)
+			nh_match[i] = v[i] && c[8*i +: 8] == 8'hff;
 	endfunction
 
 	function automatic logic [NH-1:0] nh_first(input logic [NH-1:0] m);
@@ -561,7 +593,7 @@ module nx_dir #(
 	logic [BLOG2-1:0] s3_bucket;
 	logic [15:0] s3_ipf;
 	logic [EW-1:0] rq [0:WAYS-1];
-	logic [NH-1:0] n3_m;
+	logic [NH*8-1:0] n3_c;
 
 	always_ff @(posedge clk) begin
 		{s3_dis, s3_nfu, s3_nip, s3_bip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc} <=
@@ -582,17 +614,27 @@ module nx_dir #(
 		s3_ipf <= nx_csum_pkg::nx_csum_fold(s2_sum);
 		for (int w = 0; w < WAYS; w++)
 			rq[w] <= rd[w];
-		n3_m <= DIR == 0 ? nh_match(s2_da, nh_valid, nh_addr, nh_mask) : '0;
+		n3_c <= DIR == 0 ? nh_cmp(s2_da, nh_addr, nh_mask) : '0;
 	end
 
-	// ---------------- S3: compare the ways (the key's half and the remote's half, each into
-	// a register; S4 ANDs them); the header checksum's verdict ----------------
-	logic [WAYS-1:0] keq, req;
+	// ---------------- S3: compare the ways in 7-bit pieces, each into a register (S4 ANDs
+	// them): the key's 50 bits {port, address, protocol} in eight pieces, the valid bit
+	// with the last; the remote's 48 bits {port, address} in seven, each true when the
+	// entry is not remote-bound; the header checksum's verdict ----------------
+	localparam int KC = 8, RC = 7, WC = KC + RC;
+	logic [WC-1:0] wc [0:WAYS-1];
 	always_comb begin
 		for (int w = 0; w < WAYS; w++) begin
-			keq[w] = rq[w][0] && rq[w][3:2] == s3_penc && rq[w][35:4] == s3_kaddr &&
-				 rq[w][51:36] == s3_kport;
-			req[w] = !rq[w][1] || (rq[w][83:52] == s3_raddr && rq[w][99:84] == s3_rport);
+			logic [55:0] ke, kk;
+			logic [48:0] re, rk;
+			ke = {6'd0, rq[w][51:2]};
+			kk = {6'd0, s3_kport, s3_kaddr, s3_penc};
+			re = {1'b0, rq[w][99:52]};
+			rk = {1'b0, s3_rport, s3_raddr};
+			for (int c = 0; c < KC; c++)
+				wc[w][c] = ke[7*c +: 7] == kk[7*c +: 7] && (c != KC - 1 || rq[w][0]);
+			for (int c = 0; c < RC; c++)
+				wc[w][KC + c] = !rq[w][1] || re[7*c +: 7] == rk[7*c +: 7];
 		end
 	end
 
@@ -603,9 +645,10 @@ module nx_dir #(
 	logic [7:0] s4_ttl8, s4_proto8;
 	logic [6:0] s4_poff, s4_coff;
 	logic [BLOG2-1:0] s4_bucket;
-	logic [WAYS-1:0] s4_keq, s4_req, s4_hv;
+	logic [WC-1:0] s4_wc [0:WAYS-1];
+	logic [WAYS-1:0] s4_hv;
 	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
-	logic [NH-1:0] n4_sel;
+	logic [NH-1:0] n4_m;
 
 	always_ff @(posedge clk) begin
 		{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc} <=
@@ -622,15 +665,17 @@ module nx_dir #(
 		s4_poff <= s3_poff;
 		s4_coff <= s3_coff;
 		s4_bucket <= s3_bucket;
-		s4_keq <= keq;
-		s4_req <= req;
-		for (int w = 0; w < WAYS; w++)
+		for (int w = 0; w < WAYS; w++) begin
+			s4_wc[w] <= wc[w];
 			s4_x[w] <= rq[w][147:100];
-		n4_sel <= nh_first(n3_m);
+		end
+		n4_m <= DIR == 0 ? nh_match(n3_c, nh_valid) : '0;
 	end
 
-	// ---------------- S4: the hit way (the lowest-numbered, one-hot); the outbound next hop's fields ----------------
-	assign s4_hv = s4_keq & s4_req;
+	// ---------------- S4: the ways that match (all their pieces equal); the outbound next hop's first match ----------------
+	always_comb
+		for (int w = 0; w < WAYS; w++)
+			s4_hv[w] = &s4_wc[w];
 	logic s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc;
 	logic [1:0] s4b_penc;
 	logic [31:0] s4b_kaddr;
@@ -638,9 +683,9 @@ module nx_dir #(
 	logic [7:0] s4b_ttl8, s4b_proto8;
 	logic [6:0] s4b_poff, s4b_coff;
 	logic [BLOG2-1:0] s4b_bucket;
-	logic [WAYS-1:0] s4b_first;       // the hit way, one-hot (none: a miss)
+	logic [WAYS-1:0] s4b_hv;          // the ways that match (none: a miss)
 	logic [47:0] s4b_x [0:WAYS-1];
-	logic [RW-1:0] r4b;
+	logic [NH-1:0] n4b_sel;
 
 	always_ff @(posedge clk) begin
 		{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
@@ -656,23 +701,22 @@ module nx_dir #(
 		s4b_poff <= s4_poff;
 		s4b_coff <= s4_coff;
 		s4b_bucket <= s4_bucket;
-		for (int w = 0; w < WAYS; w++) begin
-			s4b_first[w] <= s4_hv[w] && (w == 0 ? 1'b1 : ((s4_hv & ((WAYS)'(1) << w) - (WAYS)'(1)) == '0));
+		s4b_hv <= s4_hv;
+		for (int w = 0; w < WAYS; w++)
 			s4b_x[w] <= s4_x[w];
-		end
-		r4b <= DIR == 0 ? nh_pick(n4_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		n4b_sel <= DIR == 0 ? nh_first(n4_m) : '0;
 	end
 
-	// ---------------- S4b: the hit way's fields selected ----------------
+	// ---------------- S4b: the hit way (the lowest-numbered) and its fields selected; the outbound next hop's fields ----------------
 	logic [47:0] c_x;
 	logic [3:0] c_way;
 	always_comb begin
 		c_x = 48'd0;
 		c_way = 4'd0;
-		for (int w = 0; w < WAYS; w++)
-			if (s4b_first[w]) begin
-				c_x = c_x | s4b_x[w];
-				c_way = c_way | 4'(w);
+		for (int w = WAYS - 1; w >= 0; w--)
+			if (s4b_hv[w]) begin
+				c_x = s4b_x[w];
+				c_way = 4'(w);
 			end
 	end
 
@@ -699,11 +743,11 @@ module nx_dir #(
 		s5_proto8 <= s4b_proto8;
 		s5_poff <= s4b_poff;
 		s5_coff <= s4b_coff;
-		s5_hit <= s4b_first != '0;
+		s5_hit <= s4b_hv != '0;
 		s5_xaddr <= c_x[31:0];
 		s5_xport <= c_x[47:32];
 		s5_eidx <= EB'(s4b_bucket) * EB'(WAYS) + EB'(c_way);
-		r5 <= r4b;
+		r5 <= DIR == 0 ? nh_pick(n4b_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
 	end
 
 	// ---------------- S5: the reason but for the inbound route and the MTU; the inbound
@@ -744,7 +788,7 @@ module nx_dir #(
 	logic s6_mtu, s6_icmp;
 	logic [31:0] s6_dlo, s6_dhi, s6_dport, s6_dttl;
 	logic [15:0] s6_ipc, s6_l4c;
-	logic [NH-1:0] n6_m;
+	logic [NH*8-1:0] n6_c;
 	always_ff @(posedge clk) begin
 		s6_ra <= x_ra;
 		s6_mtu <= s5_tot > mtu;
@@ -755,7 +799,7 @@ module nx_dir #(
 		s6_dttl <= x_dttl;
 		s6_ipc <= s5_ipc;
 		s6_l4c <= s5_l4c;
-		n6_m <= DIR == 1 ? nh_match(s5_xaddr, nh_valid, nh_addr, nh_mask) : '0;
+		n6_c <= DIR == 1 ? nh_cmp(s5_xaddr, nh_addr, nh_mask) : '0;
 	end
 
 	// the fields that only ride along, S5 to S10: {ttl - 1, address, port, offsets, entry,
@@ -770,12 +814,12 @@ module nx_dir #(
 	logic [95:0] r10_out;  // the outbound next hop's MACs, S5 to S10
 	nx_dly #(.W(96), .N(5)) u_rmac (.clk, .d(r5[95:0]), .q(r10_out));
 
-	// S6: the differences' sums; the inbound next hop's first match
+	// S6: the differences' sums; the inbound next hop's matches
 	logic [4:0] s7_ra;
 	logic s7_mtu, s7_icmp;
 	logic [31:0] s7_dip, s7_dpp, s7_dhi, s7_dport, s7_dttl;
 	logic [15:0] s7_ipc, s7_l4c;
-	logic [NH-1:0] n7_sel;
+	logic [NH-1:0] n7_m;
 	always_ff @(posedge clk) begin
 		s7_ra <= s6_ra;
 		s7_mtu <= s6_mtu;
@@ -787,15 +831,15 @@ module nx_dir #(
 		s7_dttl <= s6_dttl;
 		s7_ipc <= s6_ipc;
 		s7_l4c <= s6_l4c;
-		n7_sel <= nh_first(n6_m);
+		n7_m <= DIR == 1 ? nh_match(n6_c, nh_valid) : '0;
 	end
 
-	// S7: the sums with the old checksums; the inbound next hop's fields
+	// S7: the sums with the old checksums; the inbound next hop's first match
 	logic [4:0] s8_ra;
 	logic s8_mtu;
 	logic [31:0] s8_tip, s8_dsum, s8_dttl;
 	logic [15:0] s8_l4c;
-	logic [RW-1:0] r8;
+	logic [NH-1:0] n8_sel;
 	always_ff @(posedge clk) begin
 		s8_ra <= s7_ra;
 		s8_mtu <= s7_mtu;
@@ -803,42 +847,44 @@ module nx_dir #(
 		s8_dsum <= s7_icmp ? s7_dport : s7_dpp + s7_dhi;
 		s8_dttl <= s7_dttl;
 		s8_l4c <= s7_l4c;
-		r8 <= DIR == 1 ? nh_pick(n7_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		n8_sel <= DIR == 1 ? nh_first(n7_m) : '0;
 	end
 
-	// S8: the reason; the first folds
-	logic [4:0] x_reason;
-	always_comb begin
-		logic [4:0] rr;
-		rr = nh_rsn(r8[RW-1], r8[RW-2], r8[RW-3]);
-		if (s8_ra != nx_core_pkg::R_XLATE) x_reason = s8_ra;
-		else if (DIR == 1 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
-		else if (s8_mtu) x_reason = nx_core_pkg::R_MTU;
-		else x_reason = nx_core_pkg::R_XLATE;
-	end
-
-	logic [4:0] s9_reason;
+	// S8: the first folds; the inbound next hop's fields
+	logic [4:0] s9_ra;
+	logic s9_mtu;
 	logic [15:0] s9_ipc1;
 	logic [31:0] s9_tl4, s9_dttl;
-	logic [95:0] s9_mac;
+	logic [RW-1:0] r9;
 	always_ff @(posedge clk) begin
-		s9_reason <= x_reason;
+		s9_ra <= s8_ra;
+		s9_mtu <= s8_mtu;
 		s9_ipc1 <= nx_csum_pkg::nx_csum_fold(s8_tip);
 		s9_tl4 <= {16'd0, ~s8_l4c} + s8_dsum;
 		s9_dttl <= s8_dttl;
-		s9_mac <= r8[95:0];
+		r9 <= DIR == 1 ? nh_pick(n8_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
 	end
 
-	// S9: the TTL word's sum; the transport checksum's fold
+	// S9: the reason; the TTL word's sum; the transport checksum's fold
+	logic [4:0] x_reason;
+	always_comb begin
+		logic [4:0] rr;
+		rr = nh_rsn(r9[RW-1], r9[RW-2], r9[RW-3]);
+		if (s9_ra != nx_core_pkg::R_XLATE) x_reason = s9_ra;
+		else if (DIR == 1 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
+		else if (s9_mtu) x_reason = nx_core_pkg::R_MTU;
+		else x_reason = nx_core_pkg::R_XLATE;
+	end
+
 	logic [4:0] s10_reason;
 	logic [31:0] s10_tip2;
 	logic [15:0] s10_l4r;
 	logic [95:0] s10_mac;
 	always_ff @(posedge clk) begin
-		s10_reason <= s9_reason;
+		s10_reason <= x_reason;
 		s10_tip2 <= {16'd0, ~s9_ipc1} + s9_dttl;
 		s10_l4r <= nx_csum_pkg::nx_csum_fold(s9_tl4);
-		s10_mac <= s9_mac;
+		s10_mac <= r9[95:0];
 	end
 
 	// S10: the TTL word's fold, UDP's rule for 0; the result (S11's registers)
