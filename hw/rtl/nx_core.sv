@@ -112,7 +112,14 @@ module nx_core #(
 	logic [NWA-1:0] wsel;
 	logic [NH-1:0] nh_we;
 	logic [3:0] wpend;        // a write accepted one to four cycles ago
-	logic [31:0] wd;
+	// the write data in three copies, each beside the registers it writes: the live
+	// registers and the table, snapshot and read requests (wd), the staged entry (wd_e),
+	// the staged next hop (wd_n); their different initial values keep synthesis from
+	// merging them into one register (the values never matter: a copy is written with
+	// every accepted write before it is read)
+	logic [31:0] wd = 32'd0;
+	logic [31:0] wd_e = 32'hffffffff;
+	logic [31:0] wd_n = 32'h00000001;
 	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 4'b0000;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
@@ -138,6 +145,8 @@ module nx_core #(
 				nh_we[i] <= wr && s_axil_awaddr[11:2] == 10'h27 && s_axil_wdata[7:0] == 8'(i);
 		end
 		wd <= s_axil_wdata;
+		wd_e <= s_axil_wdata;
+		wd_n <= s_axil_wdata;
 	end
 
 	always_ff @(posedge clk) begin
@@ -187,20 +196,20 @@ module nx_core #(
 			end
 		end
 		// staging registers (no reset)
-		if (wsel_is(wsel, 12'h040)) e_kaddr <= wd;
-		if (wsel_is(wsel, 12'h044)) e_kport <= wd[15:0];
-		if (wsel_is(wsel, 12'h048)) e_raddr <= wd;
-		if (wsel_is(wsel, 12'h04c)) e_rport <= wd[15:0];
-		if (wsel_is(wsel, 12'h050)) e_xaddr <= wd;
-		if (wsel_is(wsel, 12'h054)) e_xport <= wd[15:0];
-		if (wsel_is(wsel, 12'h058)) e_ctl <= wd[3:0];
-		if (wsel_is(wsel, 12'h080)) n_addr <= wd;
-		if (wsel_is(wsel, 12'h084)) n_mask <= wd;
-		if (wsel_is(wsel, 12'h088)) n_dmac[47:32] <= wd[15:0];
-		if (wsel_is(wsel, 12'h08c)) n_dmac[31:0] <= wd;
-		if (wsel_is(wsel, 12'h090)) n_smac[47:32] <= wd[15:0];
-		if (wsel_is(wsel, 12'h094)) n_smac[31:0] <= wd;
-		if (wsel_is(wsel, 12'h098)) n_ctl <= wd[2:0];
+		if (wsel_is(wsel, 12'h040)) e_kaddr <= wd_e;
+		if (wsel_is(wsel, 12'h044)) e_kport <= wd_e[15:0];
+		if (wsel_is(wsel, 12'h048)) e_raddr <= wd_e;
+		if (wsel_is(wsel, 12'h04c)) e_rport <= wd_e[15:0];
+		if (wsel_is(wsel, 12'h050)) e_xaddr <= wd_e;
+		if (wsel_is(wsel, 12'h054)) e_xport <= wd_e[15:0];
+		if (wsel_is(wsel, 12'h058)) e_ctl <= wd_e[3:0];
+		if (wsel_is(wsel, 12'h080)) n_addr <= wd_n;
+		if (wsel_is(wsel, 12'h084)) n_mask <= wd_n;
+		if (wsel_is(wsel, 12'h088)) n_dmac[47:32] <= wd_n[15:0];
+		if (wsel_is(wsel, 12'h08c)) n_dmac[31:0] <= wd_n;
+		if (wsel_is(wsel, 12'h090)) n_smac[47:32] <= wd_n[15:0];
+		if (wsel_is(wsel, 12'h094)) n_smac[31:0] <= wd_n;
+		if (wsel_is(wsel, 12'h098)) n_ctl <= wd_n[2:0];
 	end
 
 	// AXI4-Lite reads, three cycles: the address decoded into registers (rsel one-hot for
@@ -214,6 +223,12 @@ module nx_core #(
 	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
 	logic [31:0] rfa, rfb, rfa_d, rfb_d; // the other registers' value: two halves, ORed in the last cycle
 	localparam int NCNT = 2 * NREASON;
+	// the addressed direction's activity snapshot, a register beside the read's mux, a
+	// cycle behind the directions' own (which take the snapshot as its write is answered):
+	// a read accepted after the answer takes its value two cycles later, from this copy
+	logic [31:0] act_q;
+	always_ff @(posedge clk)
+		act_q <= act_dir ? act_word[1] : act_word[0];
 
 	always_comb begin
 		rfa_d = 32'd0;
@@ -233,7 +248,7 @@ module nx_core #(
 		if (rsel[29]) rfb_d = rfb_d | rb[131:100];
 		if (rsel[30]) rfb_d = rfb_d | {16'd0, rb[147:132]};
 		if (rsel[31]) rfb_d = rfb_d | {28'd0, rb[3:0]};
-		if (rsel[41]) rfb_d = rfb_d | (act_dir ? act_word[1] : act_word[0]);
+		if (rsel[41]) rfb_d = rfb_d | act_q;
 	end
 
 	always_ff @(posedge clk) begin

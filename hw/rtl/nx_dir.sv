@@ -197,10 +197,18 @@ module nx_dir #(
 	// beat's) or not_ipv4, below 34 bad_ip at the latest, and every field past byte 33 is
 	// read only after the IPv4 and transport length checks that precede it in the checks'
 	// order have found it inside the frame (docs/HARDWARE.md)
-	always_ff @(posedge clk)
+	// With the beat of bytes 8..15, IHL (byte 14's low half) decides which of the IPv4
+	// header's word pairs SA adds: pair m (words 2m, 2m+1) when m < IHL, into hpair_en
+	// beside the capture (written with the same slice, so it always matches hcap's byte 14)
+	logic [14:0] hpair_en;
+	always_ff @(posedge clk) begin
 		for (int i = 0; i < HB / 8; i++)
 			if (i_cap[i])
 				hcap[64*i +: 64] <= i_data;
+		if (i_cap[1])
+			for (int m = 0; m < 15; m++)
+				hpair_en[m] <= i_data[48 +: 4] > 4'(m);
+	end
 
 	// data FIFO: {tlast, tkeep, tdata}
 	logic d_valid, d_pop;
@@ -232,14 +240,11 @@ module nx_dir #(
 		2'd2: z_l4w = p0_hdr[8 * 46 +: 256];
 		default: z_l4w = p0_hdr[8 * 30 +: 256];
 		endcase
-		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL; 30 at most)
-		for (int m = 0; m < 15; m++) begin
-			z_pair[m] = 17'd0;
-			for (int k = 0; k < 2; k++)
-				if ({1'b0, z_ihl, 1'b0} > 6'(2 * m + k))
-					z_pair[m] = z_pair[m] + {1'b0, hb(p0_hdr, 14 + 2 * (2 * m + k)),
-								 hb(p0_hdr, 15 + 2 * (2 * m + k))};
-		end
+		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL, 30 at most: both
+		// words of pair m or neither, as m < IHL, hpair_en)
+		for (int m = 0; m < 15; m++)
+			z_pair[m] = hpair_en[m] ? {1'b0, hb(p0_hdr, 14 + 4 * m), hb(p0_hdr, 15 + 4 * m)} +
+						  {1'b0, hb(p0_hdr, 16 + 4 * m), hb(p0_hdr, 17 + 4 * m)} : 17'd0;
 		case (hb(p0_hdr, 23))
 		8'd6: z_penc = nx_core_pkg::P_TCP;
 		8'd17: z_penc = nx_core_pkg::P_UDP;
@@ -305,7 +310,7 @@ module nx_dir #(
 	logic [159:0] b_l4;
 	logic [18:0] b_grp [0:3];
 	logic [31:0] b_h1;
-	logic b_bip;
+	logic b_bip, b_nfu, b_nip;
 	always_ff @(posedge clk) begin
 		if (rst)
 			b_valid <= 1'b0;
@@ -323,6 +328,10 @@ module nx_dir #(
 			b_grp[g] <= y_grp[g];
 		b_h1 <= nx_core_pkg::nx_hash_a(a_kaddr, a_kport, a_penc, seed);
 		b_bip <= y_bip;
+		// the Ethernet checks (S1 takes them as they are)
+		b_nfu <= ({hb(a_hdr, 0), hb(a_hdr, 1), hb(a_hdr, 2), hb(a_hdr, 3), hb(a_hdr, 4), hb(a_hdr, 5)} != my_mac) &&
+			 !a_hdr[0];  // group addresses (bit 0 of byte 0) are for us (nx_for_us)
+		b_nip <= (a_len < 16'd14) || ({hb(a_hdr, 12), hb(a_hdr, 13)} != 16'h0800);
 	end
 
 	// ---------------- S1: parse ----------------
@@ -404,8 +413,8 @@ module nx_dir #(
 		else
 			s1_valid <= b_valid;
 		s1_dis <= !enable;
-		s1_nfu <= (q_dmac != my_mac) && !q_dmac[40]; // group addresses are for us (nx_for_us)
-		s1_nip <= (b_len < 16'd14) || (q_etype != 16'h0800);
+		s1_nfu <= b_nfu;
+		s1_nip <= b_nip;
 		s1_bip <= b_bip;
 		s1_pool <= DIR == 0 ? ((q_da & pool_mask) == pool_base) : ((q_da & pool_mask) != pool_base);
 		s1_ttl <= q_ttl <= 8'd1;
@@ -513,10 +522,14 @@ module nx_dir #(
 	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
 	logic [NH*32-1:0] nh_addr, nh_mask;
 	logic [NH*48-1:0] nh_dmac, nh_smac;
-	logic [NH-1:0]    nh_we1, nh_wel;
+	// nh_we through two registers in both directions (a register beside the core's decode,
+	// one beside the copy); the directions' different initial values (never used: reset
+	// clears nh_we first) keep synthesis from merging the two directions' registers
+	logic [NH-1:0]    nh_we1 = DIR == 0 ? '0 : '1;
+	logic [NH-1:0]    nh_wel = DIR == 0 ? '0 : '1;
 	always_ff @(posedge clk) begin
 		nh_we1 <= nh_we;
-		nh_wel <= DIR == 0 ? nh_we : nh_we1;
+		nh_wel <= nh_we1;
 		if (rst)
 			nh_valid <= '0;
 		for (int i = 0; i < NH; i++)
@@ -559,20 +572,41 @@ module nx_dir #(
 			nh_match[i] = v[i] && c[8*i +: 8] == 8'hff;
 	endfunction
 
+	// the lowest-numbered match, one-hot: none below it in its group of four, none in a
+	// lower group (NH a multiple of 4)
+	localparam int NG = NH / 4;
 	function automatic logic [NH-1:0] nh_first(input logic [NH-1:0] m);
-		for (int i = 0; i < NH; i++)
-			nh_first[i] = m[i] && (i == 0 ? 1'b1 : ((m & ((NH)'(1) << i) - (NH)'(1)) == '0));
+		logic [NG-1:0] g;
+		for (int k = 0; k < NG; k++)
+			g[k] = m[4*k +: 4] != 4'd0;
+		for (int i = 0; i < NH; i++) begin
+			logic lower;
+			lower = 1'b0;
+			for (int j = 4 * (i / 4); j < i; j++)
+				lower = lower | m[j];
+			for (int k = 0; k < i / 4; k++)
+				lower = lower | g[k];
+			nh_first[i] = m[i] && !lower;
+		end
 	endfunction
 
+	// the selected entry's fields in two steps: each group of four's OR of its selected
+	// entry (one register per group), then the groups' OR
 	localparam int RW = 3 + 48 + 48; // {found, punt, inside, dmac, smac}
-	function automatic logic [RW-1:0] nh_pick(input logic [NH-1:0] sel, input logic [NH-1:0] pu,
-						  input logic [NH-1:0] ins, input logic [NH*48-1:0] dm,
-						  input logic [NH*48-1:0] sm);
-		nh_pick = '0;
-		nh_pick[RW-1] = sel != '0;
+	function automatic logic [NG*RW-1:0] nh_gpick(input logic [NH-1:0] sel, input logic [NH-1:0] pu,
+						      input logic [NH-1:0] ins, input logic [NH*48-1:0] dm,
+						      input logic [NH*48-1:0] sm);
+		nh_gpick = '0;
 		for (int i = 0; i < NH; i++)
 			if (sel[i])
-				nh_pick = nh_pick | {1'b0, pu[i], ins[i], dm[48*i +: 48], sm[48*i +: 48]};
+				nh_gpick[RW*(i/4) +: RW] = nh_gpick[RW*(i/4) +: RW] |
+					{1'b1, pu[i], ins[i], dm[48*i +: 48], sm[48*i +: 48]};
+	endfunction
+
+	function automatic logic [RW-1:0] nh_gor(input logic [NG*RW-1:0] gp);
+		nh_gor = '0;
+		for (int k = 0; k < NG; k++)
+			nh_gor = nh_gor | gp[RW*k +: RW];
 	endfunction
 
 	localparam int EB = $clog2(ENTRIES);
@@ -728,7 +762,7 @@ module nx_dir #(
 	logic [6:0] s5_poff, s5_coff;
 	logic s5_hit;
 	logic [EB-1:0] s5_eidx;
-	logic [RW-1:0] r5;
+	logic [NG*RW-1:0] g5;
 
 	always_ff @(posedge clk) begin
 		{s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc} <=
@@ -747,36 +781,35 @@ module nx_dir #(
 		s5_xaddr <= c_x[31:0];
 		s5_xport <= c_x[47:32];
 		s5_eidx <= EB'(s4b_bucket) * EB'(WAYS) + EB'(c_way);
-		r5 <= DIR == 0 ? nh_pick(n4b_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		g5 <= DIR == 0 ? nh_gpick(n4b_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
 	end
 
-	// ---------------- S5: the reason but for the inbound route and the MTU; the inbound
-	// next hop's match; the checksum differences ----------------
+	// ---------------- S5: the reason's checks before the outbound route (x_pre) and those
+	// between it and the inbound route (x_post); the outbound next hop's fields (the
+	// groups' OR); the inbound next hop's prefix compares; the checksum differences ----------------
 	// nx_rewrite: the address into the IP checksum, address and port into TCP/UDP's, the
 	// identifier alone into ICMP's; then nx_redirect: the TTL word. Each
 	// nx_csum_apply(sum, diff) = nx_csum_fold(~sum + diff) is spread over the registers:
 	// the differences (S5; diff4 as the sum of its halves' diff2), their sums (S6), the
 	// sums with ~checksum (S7), the folds (S8), the TTL word's apply (S9, S10).
-	logic [4:0] x_ra;
+	logic [4:0] x_pre, x_post;
 	logic [31:0] x_dlo, x_dhi, x_dport, x_dttl;
 	logic [7:0] x_ttl;
 	always_comb begin
-		logic [4:0] rr;
-		rr = nh_rsn(r5[RW-1], r5[RW-2], r5[RW-3]);
-		if (s5_dis) x_ra = nx_core_pkg::R_DISABLED;
-		else if (s5_nfu) x_ra = nx_core_pkg::R_NOT_FOR_US;
-		else if (s5_nip) x_ra = nx_core_pkg::R_NOT_IPV4;
-		else if (s5_bip) x_ra = nx_core_pkg::R_BAD_IP;
-		else if (s5_pool) x_ra = DIR == 0 ? nx_core_pkg::R_HAIRPIN : nx_core_pkg::R_NOT_POOL;
-		else if (DIR == 0 && rr != nx_core_pkg::R_XLATE) x_ra = rr;
-		else if (s5_ttl) x_ra = nx_core_pkg::R_TTL;
-		else if (s5_frag) x_ra = nx_core_pkg::R_FRAGMENT;
-		else if (s5_proto) x_ra = nx_core_pkg::R_PROTO;
-		else if (s5_bl4) x_ra = nx_core_pkg::R_BAD_L4;
-		else if (s5_icmp) x_ra = nx_core_pkg::R_ICMP;
-		else if (s5_tcpc) x_ra = nx_core_pkg::R_TCP_CTRL;
-		else if (!s5_hit) x_ra = nx_core_pkg::R_MISS;
-		else x_ra = nx_core_pkg::R_XLATE;
+		if (s5_dis) x_pre = nx_core_pkg::R_DISABLED;
+		else if (s5_nfu) x_pre = nx_core_pkg::R_NOT_FOR_US;
+		else if (s5_nip) x_pre = nx_core_pkg::R_NOT_IPV4;
+		else if (s5_bip) x_pre = nx_core_pkg::R_BAD_IP;
+		else if (s5_pool) x_pre = DIR == 0 ? nx_core_pkg::R_HAIRPIN : nx_core_pkg::R_NOT_POOL;
+		else x_pre = nx_core_pkg::R_XLATE;
+		if (s5_ttl) x_post = nx_core_pkg::R_TTL;
+		else if (s5_frag) x_post = nx_core_pkg::R_FRAGMENT;
+		else if (s5_proto) x_post = nx_core_pkg::R_PROTO;
+		else if (s5_bl4) x_post = nx_core_pkg::R_BAD_L4;
+		else if (s5_icmp) x_post = nx_core_pkg::R_ICMP;
+		else if (s5_tcpc) x_post = nx_core_pkg::R_TCP_CTRL;
+		else if (!s5_hit) x_post = nx_core_pkg::R_MISS;
+		else x_post = nx_core_pkg::R_XLATE;
 		x_dlo = nx_csum_pkg::nx_csum_diff2(s5_kaddr[15:0], s5_xaddr[15:0]);
 		x_dhi = nx_csum_pkg::nx_csum_diff2(s5_kaddr[31:16], s5_xaddr[31:16]);
 		x_dport = nx_csum_pkg::nx_csum_diff2(s5_kport, s5_xport);
@@ -784,14 +817,17 @@ module nx_dir #(
 		x_dttl = nx_csum_pkg::nx_csum_diff2({s5_ttl8, s5_proto8}, {x_ttl, s5_proto8});
 	end
 
-	logic [4:0] s6_ra;
+	logic [4:0] s6_pre, s6_post;
 	logic s6_mtu, s6_icmp;
 	logic [31:0] s6_dlo, s6_dhi, s6_dport, s6_dttl;
 	logic [15:0] s6_ipc, s6_l4c;
 	logic [NH*8-1:0] n6_c;
+	logic [RW-1:0] r6;
 	always_ff @(posedge clk) begin
-		s6_ra <= x_ra;
+		s6_pre <= x_pre;
+		s6_post <= x_post;
 		s6_mtu <= s5_tot > mtu;
+		r6 <= DIR == 0 ? nh_gor(g5) : '0;
 		s6_icmp <= s5_penc == nx_core_pkg::P_ICMP;
 		s6_dlo <= x_dlo;
 		s6_dhi <= x_dhi;
@@ -811,18 +847,19 @@ module nx_dir #(
 			  s5_penc == nx_core_pkg::P_UDP, s5_l4c == 16'd0}),
 		.q(k10)
 	);
-	logic [95:0] r10_out;  // the outbound next hop's MACs, S5 to S10
-	nx_dly #(.W(96), .N(5)) u_rmac (.clk, .d(r5[95:0]), .q(r10_out));
+	// the reason's parts and the outbound next hop, S6 to S10
+	logic [4:0] s10_pre, s10_post;
+	logic s10_mtu;
+	logic [RW-1:0] r10_out;
+	nx_dly #(.W(11 + RW), .N(4)) u_rsn (.clk, .d({s6_pre, s6_post, s6_mtu, r6}),
+					   .q({s10_pre, s10_post, s10_mtu, r10_out}));
 
 	// S6: the differences' sums; the inbound next hop's matches
-	logic [4:0] s7_ra;
-	logic s7_mtu, s7_icmp;
+	logic s7_icmp;
 	logic [31:0] s7_dip, s7_dpp, s7_dhi, s7_dport, s7_dttl;
 	logic [15:0] s7_ipc, s7_l4c;
 	logic [NH-1:0] n7_m;
 	always_ff @(posedge clk) begin
-		s7_ra <= s6_ra;
-		s7_mtu <= s6_mtu;
 		s7_icmp <= s6_icmp;
 		s7_dip <= s6_dlo + s6_dhi;   // nx_csum_diff4(key address, new address)
 		s7_dpp <= s6_dlo + s6_dport;
@@ -835,14 +872,10 @@ module nx_dir #(
 	end
 
 	// S7: the sums with the old checksums; the inbound next hop's first match
-	logic [4:0] s8_ra;
-	logic s8_mtu;
 	logic [31:0] s8_tip, s8_dsum, s8_dttl;
 	logic [15:0] s8_l4c;
 	logic [NH-1:0] n8_sel;
 	always_ff @(posedge clk) begin
-		s8_ra <= s7_ra;
-		s8_mtu <= s7_mtu;
 		s8_tip <= {16'd0, ~s7_ipc} + s7_dip;
 		s8_dsum <= s7_icmp ? s7_dport : s7_dpp + s7_dhi;
 		s8_dttl <= s7_dttl;
@@ -850,44 +883,45 @@ module nx_dir #(
 		n8_sel <= DIR == 1 ? nh_first(n7_m) : '0;
 	end
 
-	// S8: the first folds; the inbound next hop's fields
-	logic [4:0] s9_ra;
-	logic s9_mtu;
+	// S8: the first folds; the inbound next hop's fields in each group
 	logic [15:0] s9_ipc1;
 	logic [31:0] s9_tl4, s9_dttl;
-	logic [RW-1:0] r9;
+	logic [NG*RW-1:0] g9;
 	always_ff @(posedge clk) begin
-		s9_ra <= s8_ra;
-		s9_mtu <= s8_mtu;
 		s9_ipc1 <= nx_csum_pkg::nx_csum_fold(s8_tip);
 		s9_tl4 <= {16'd0, ~s8_l4c} + s8_dsum;
 		s9_dttl <= s8_dttl;
-		r9 <= DIR == 1 ? nh_pick(n8_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		g9 <= DIR == 1 ? nh_gpick(n8_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
 	end
 
-	// S9: the reason; the TTL word's sum; the transport checksum's fold
+	// S9: the TTL word's sum; the transport checksum's fold; the inbound next hop's fields
+	// (the groups' OR)
+	logic [31:0] s10_tip2;
+	logic [15:0] s10_l4r;
+	logic [RW-1:0] r10_in;
+	always_ff @(posedge clk) begin
+		s10_tip2 <= {16'd0, ~s9_ipc1} + s9_dttl;
+		s10_l4r <= nx_csum_pkg::nx_csum_fold(s9_tl4);
+		r10_in <= DIR == 1 ? nh_gor(g9) : '0;
+	end
+
+	// S10: the reason (the checks before the outbound route, the outbound route, those
+	// between it and the inbound route, the inbound route, the MTU, in this order); the
+	// TTL word's fold, UDP's rule for 0; the result (S11's registers)
 	logic [4:0] x_reason;
+	logic [RW-1:0] r10;
+	assign r10 = DIR == 0 ? r10_out : r10_in;
 	always_comb begin
 		logic [4:0] rr;
-		rr = nh_rsn(r9[RW-1], r9[RW-2], r9[RW-3]);
-		if (s9_ra != nx_core_pkg::R_XLATE) x_reason = s9_ra;
+		rr = nh_rsn(r10[RW-1], r10[RW-2], r10[RW-3]);
+		if (s10_pre != nx_core_pkg::R_XLATE) x_reason = s10_pre;
+		else if (DIR == 0 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
+		else if (s10_post != nx_core_pkg::R_XLATE) x_reason = s10_post;
 		else if (DIR == 1 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
-		else if (s9_mtu) x_reason = nx_core_pkg::R_MTU;
+		else if (s10_mtu) x_reason = nx_core_pkg::R_MTU;
 		else x_reason = nx_core_pkg::R_XLATE;
 	end
 
-	logic [4:0] s10_reason;
-	logic [31:0] s10_tip2;
-	logic [15:0] s10_l4r;
-	logic [95:0] s10_mac;
-	always_ff @(posedge clk) begin
-		s10_reason <= x_reason;
-		s10_tip2 <= {16'd0, ~s9_ipc1} + s9_dttl;
-		s10_l4r <= nx_csum_pkg::nx_csum_fold(s9_tl4);
-		s10_mac <= r9[95:0];
-	end
-
-	// S10: the TTL word's fold, UDP's rule for 0; the result (S11's registers)
 	logic [15:0] w_l4c;
 	logic k_udp, k_l4zero;
 	assign k_udp = k10[1];
@@ -912,13 +946,13 @@ module nx_dir #(
 	logic [31:0] f_setb;
 	assign f_valid = v_stage[12];
 	always_ff @(posedge clk) begin
-		f_reason <= s10_reason;
-		f_mac <= DIR == 0 ? r10_out : s10_mac;
+		f_reason <= x_reason;
+		f_mac <= r10[95:0];
 		f_ipc <= nx_csum_pkg::nx_csum_fold(s10_tip2);
 		f_l4c <= w_l4c;
 		{f_ttl, f_xaddr, f_xport, f_poff, f_coff} <= k10[CW-1:EB+2];
 		for (int w = 0; w < AWORDS_P; w++)
-			f_setw[w] <= v_stage[11] && s10_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
+			f_setw[w] <= v_stage[11] && x_reason == nx_core_pkg::R_XLATE && k10[2 + 5 +: EB - 5] == (EB-5)'(w);
 		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
 	end
 
