@@ -21,15 +21,17 @@
 //             outbound next hops that match (all pieces, valid)
 //   S4        the ways that match (all pieces); the first matching next hop (one-hot)
 //   S4b       the hit way (the lowest-numbered) and its fields selected; the outbound next
-//             hop's fields
-//   S5        the reason up to the inbound route; the inbound next hop's prefix compares;
-//             the checksum differences
-//   S6..S10   the inbound next hop's matches (S6), first match (S7) and fields (S8); the
-//             reason (S9); the checksums' sums and folds (bpf/nx_csum.h's sequence,
-//             nx_rewrite then nx_redirect, one adder or fold per stage) in S6 to S10
+//             hop's fields, each group of four's
+//   S5        the reason's checks before and after the outbound route (two codes); the
+//             outbound next hop's fields (the groups' OR); the inbound next hop's prefix
+//             compares; the checksum differences
+//   S6..S10   the inbound next hop's matches (S6), first match (S7) and fields (S8 each
+//             group's, S9 their OR); the reason (S10: the two codes, the routes, the
+//             MTU); the checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite
+//             then nx_redirect, one adder or fold per stage) in S6 to S10
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
-//   egress    the data FIFO's beats with the metadata (from a register slice behind the
-//             meta FIFO): the translated frame (MACs, TTL, address, port or identifier,
+//   egress    the data FIFO's beats with the metadata (the meta FIFO's output
+//             register): the translated frame (MACs, TTL, address, port or identifier,
 //             both checksums patched in flight) to m_axis, or the frame unchanged to the
 //             CPU stream with its reason; the patch over two register slices (the fixed
 //             fields' bytes and the variable bytes' selects, then their OR), then the m or
@@ -72,12 +74,12 @@ module nx_dir #(
 	output logic [4:0]  c_reason,
 	input  logic        c_tready,
 
-	input  logic        enable,
-	input  logic [47:0] my_mac,
-	input  logic [31:0] pool_base,
-	input  logic [31:0] pool_mask,
-	input  logic [15:0] mtu,
-	input  logic [31:0] seed,
+	input  logic        enable_in,
+	input  logic [47:0] my_mac_in,
+	input  logic [31:0] pool_base_in,
+	input  logic [31:0] pool_mask_in,
+	input  logic [15:0] mtu_in,
+	input  logic [31:0] seed_in,
 
 	input  logic                   tw_en,
 	input  logic [3:0]             tw_way,
@@ -109,6 +111,21 @@ module nx_dir #(
 	localparam int AOFF = DIR == 0 ? 26 : 30; // the rewritten address: source out, destination in
 	localparam int HB = 96;                   // header bytes captured
 	localparam int AWORDS_P = ENTRIES / 32;   // 32-bit words of activity bits
+
+	// the configuration: this direction's own copy, a cycle behind the core's registers
+	// (beside the checks that read it)
+	logic        enable;
+	logic [47:0] my_mac;
+	logic [31:0] pool_base, pool_mask, seed;
+	logic [15:0] mtu;
+	always_ff @(posedge clk) begin
+		enable <= enable_in;
+		my_mac <= my_mac_in;
+		pool_base <= pool_base_in;
+		pool_mask <= pool_mask_in;
+		mtu <= mtu_in;
+		seed <= seed_in;
+	end
 
 	// ---------------- ingress ----------------
 	// The accepted beat goes into an input register stage first (i_*): the data FIFO's
@@ -311,6 +328,7 @@ module nx_dir #(
 	logic [18:0] b_grp [0:3];
 	logic [31:0] b_h1;
 	logic b_bip, b_nfu, b_nip;
+	logic [1:0] b_penc;
 	always_ff @(posedge clk) begin
 		if (rst)
 			b_valid <= 1'b0;
@@ -328,6 +346,7 @@ module nx_dir #(
 			b_grp[g] <= y_grp[g];
 		b_h1 <= nx_core_pkg::nx_hash_a(a_kaddr, a_kport, a_penc, seed);
 		b_bip <= y_bip;
+		b_penc <= a_penc;
 		// the Ethernet checks (S1 takes them as they are)
 		b_nfu <= ({hb(a_hdr, 0), hb(a_hdr, 1), hb(a_hdr, 2), hb(a_hdr, 3), hb(a_hdr, 4), hb(a_hdr, 5)} != my_mac) &&
 			 !a_hdr[0];  // group addresses (bit 0 of byte 0) are for us (nx_for_us)
@@ -373,20 +392,20 @@ module nx_dir #(
 		q_icmp = 1'b0;
 		q_tcpc = 1'b0;
 		q_l4c = 16'd0;
-		case (q_proto)
-		8'd6: begin
+		case (b_penc)  // q_proto's encoding (SA's)
+		nx_core_pkg::P_TCP: begin
 			q_penc = nx_core_pkg::P_TCP;
 			q_bl4 = (q_l4len < 16'd20) || (q_l4[103:100] < 4'd5) ||
 				({10'd0, q_l4[103:100], 2'd0} > q_l4len);
 			q_tcpc = (q_flags[2:0] != 3'd0);
 			q_l4c = {q_l4[135:128], q_l4[143:136]};
 		end
-		8'd17: begin
+		nx_core_pkg::P_UDP: begin
 			q_penc = nx_core_pkg::P_UDP;
 			q_bl4 = (q_l4len < 16'd8) || (q_ulen < 16'd8) || (q_ulen > q_l4len);
 			q_l4c = {q_l4[55:48], q_l4[63:56]};
 		end
-		8'd1: begin
+		nx_core_pkg::P_ICMP: begin
 			q_penc = nx_core_pkg::P_ICMP;
 			q_bl4 = (q_l4len < 16'd8);
 			q_icmp = (q_type != 8'd0) && (q_type != 8'd8);
@@ -445,13 +464,14 @@ module nx_dir #(
 	// first (enabled by this direction's request, so the two directions' copies stay two):
 	// the memories' write data, address and enables come from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
-	logic [WAYS-1:0] pb_we;
+	logic [WAYS-1:0] pb_we, pb_we1;
 	logic pb_re;
 	logic [BLOG2-1:0] pb_addr;
 	logic [EW-1:0] pb_data;
 	always_ff @(posedge clk) begin
 		for (int w = 0; w < WAYS; w++)
-			pb_we[w] <= tw_en && tw_way == 4'(w);
+			pb_we1[w] <= tw_en && tw_way == 4'(w);
+		pb_we <= pb_we1;
 		pb_re <= tr_en;
 		if (tw_en || tr_en)
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
@@ -466,15 +486,25 @@ module nx_dir #(
 				for (int i = 0; i < BUCKETS; i++)
 					mem[i] = '0;
 			end
-			// port A: the lookup's read; port B: the control plane's write or read back
+			// port A: the lookup's read; port B: the control plane's write or read back,
+			// from this way's own copy of the request (beside its block RAM; the ways'
+			// different initial values, never used, keep synthesis from merging them)
+			logic w_re = gw[0];
+			logic [BLOG2-1:0] w_addr = BLOG2'(gw);
+			logic [EW-1:0] w_data = EW'(gw);
+			always_ff @(posedge clk) begin
+				w_re <= pb_re;
+				w_addr <= pb_addr;
+				w_data <= pb_data;
+			end
 			always_ff @(posedge clk) begin
 				rd[gw] <= mem[s1_bucket];
 			end
 			always_ff @(posedge clk) begin
 				if (pb_we[gw])
-					mem[pb_addr] <= pb_data;
-				else if (pb_re)
-					tr_data[EW*gw +: EW] <= mem[pb_addr];
+					mem[w_addr] <= w_data;
+				else if (w_re)
+					tr_data[EW*gw +: EW] <= mem[w_addr];
 			end
 		end
 	endgenerate
@@ -1012,14 +1042,16 @@ module nx_dir #(
 		end
 	end
 
-	// meta FIFO: {reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff}
-	localparam int MW = 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7;
+	// meta FIFO: {to the CPU, reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff,
+	// poff + 1, coff + 1}
+	localparam int MW = 1 + 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7 + 7 + 7;
 	logic m_valid;
 	logic [MW-1:0] m_out;
 	logic [MLOG2:0] mlevel;
 	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
 		.clk, .rst, .push(f_valid),
-		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport, f_poff, f_l4c, f_coff}),
+		.din({f_reason != nx_core_pkg::R_XLATE, f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport,
+		      f_poff, f_l4c, f_coff, f_poff + 7'd1, f_coff + 7'd1}),
 		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
 	);
 
@@ -1036,19 +1068,17 @@ module nx_dir #(
 	logic [63:0] e_pval;  // each byte's patch value
 	logic [7:0] e_phit;   // the bytes patched
 
-	// The current frame's metadata is the output of a register slice behind the meta FIFO
-	// (u_eslice): the FIFO's pop is the slice's registered ready, so the egress's handshake
-	// (a frame's last beat taken) reaches the slice's registers only, not the FIFO's read
-	// chain. A frame leaves the count of frames in flight with its last beat.
-	logic [MW+14:0] e_q;
+	// The current frame's metadata is the meta FIFO's output register: the FIFO's reads
+	// are decided from its registers alone, so the egress's handshake (a frame's last beat
+	// taken, its pop) reaches only its output and skid registers' enables. A frame leaves
+	// the count of frames in flight with its last beat.
+	logic [MW-1:0] e_q;
+	assign cur_valid = m_valid;
+	assign e_q = m_out;
 	assign e_fire = cur_valid && d_valid && x_rdy;
 	assign e_end = e_fire && d_out[72];
 	assign d_pop = e_fire;
-	nx_slice #(.W(MW + 15)) u_eslice (
-		.clk, .rst, .s_valid(m_valid),
-		.s_data({m_out[MW-1 -: 5] != nx_core_pkg::R_XLATE, m_out, m_out[16 + 7 +: 7] + 7'd1, m_out[6:0] + 7'd1}),
-		.s_ready(meta_pop), .m_valid(cur_valid), .m_data(e_q), .m_ready(e_end)
-	);
+	assign meta_pop = e_end;
 	assign {e_cpu, e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = e_q;
 
 	always_ff @(posedge clk) begin
