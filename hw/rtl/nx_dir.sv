@@ -283,12 +283,16 @@ module nx_dir #(
 	logic [15:0] a_kpc [0:3];
 	logic [15:0] a_kport;
 	logic [1:0] a_penc;
-	logic [31:0] a_kaddr;
+	logic [31:0] a_kx;       // the key address XOR the seed (the hash's first step)
+	logic [16:0] a_tot14;    // IPv4 total length + 14
+	logic [6:0] a_hl14;      // 4 * IHL + 14
 	always_ff @(posedge clk) begin
 		if (rst)
 			a_valid <= 1'b0;
 		else
 			a_valid <= p0_valid;
+		a_tot14 <= {1'b0, hb(p0_hdr, 16), hb(p0_hdr, 17)} + 17'd14;
+		a_hl14 <= {1'b0, p0_hdr[8 * 14 +: 4], 2'd0} + 7'd14;
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
 		a_l4w <= z_l4w;
@@ -297,8 +301,8 @@ module nx_dir #(
 		for (int c = 0; c < 4; c++)
 			a_kpc[c] <= z_kpc[c];
 		a_penc <= z_penc;
-		a_kaddr <= DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
-				    : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)};
+		a_kx <= (DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
+				  : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)}) ^ seed;
 	end
 
 	// ---------------- SB: the hash's first half, the sums in four groups, IPv4 checks ----------------
@@ -316,8 +320,8 @@ module nx_dir #(
 			y_grp[g] = ({2'd0, a_pair[4 * g]} + {2'd0, a_pair[4 * g + 1]}) +
 				   ({2'd0, a_pair[4 * g + 2]} + (g < 3 ? {2'd0, a_pair[(4 * g + 3) % 15]} : 19'd0));
 		y_bip = (a_len < 16'd34) || (y_ver != 4'd4) || (y_ihl < 4'd5) || (y_tot < y_hlen) ||
-			({16'd0, y_tot} + 32'd14 > {16'd0, a_len}) ||
-			(y_hlen + 16'd14 > a_len);  // and the checksum: S2 folds q_sum
+			(a_tot14 > {1'b0, a_len}) ||
+			({9'd0, a_hl14} > a_len);  // and the checksum: S2 folds q_sum
 	end
 
 	logic b_valid;
@@ -344,7 +348,7 @@ module nx_dir #(
 							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
 		for (int g = 0; g < 4; g++)
 			b_grp[g] <= y_grp[g];
-		b_h1 <= nx_core_pkg::nx_hash_a(a_kaddr, a_kport, a_penc, seed);
+		b_h1 <= nx_core_pkg::nx_hash_a(a_kx, a_kport, a_penc, 32'd0);  // a_kx: the address XOR the seed
 		b_bip <= y_bip;
 		b_penc <= a_penc;
 		// the Ethernet checks (S1 takes them as they are)
