@@ -100,20 +100,30 @@ module nx_core #(
 	logic [4:0] ev_reason [0:1];
 
 	logic wr, rdq, ar_pend, ar_pend2;
-	// AXI4-Lite writes: accepted, then applied, then answered. In the cycle a write is
-	// accepted its word address is decoded one-hot into registers (wsel), the next-hop
-	// commit's index too (nh_we), the data into wd; in the next cycle every register it
-	// addresses is written with its enable straight from those registers (each direction
-	// keeps its own copy of the next hops, written from nh_we and the staged n_* one and two
-	// cycles later). The answer waits three more cycles, until what the write starts (a
-	// table write or read back into RB_*, an activity snapshot into ACT_DATA, the next hops)
-	// has reached the registers or memories it changes.
+	// AXI4-Lite writes: accepted, then applied, then answered. The accepted address and
+	// data go into registers (aw_q, wd_a); in the next cycle the word address is decoded
+	// one-hot into registers (wsel), the next-hop commit's index too (nh_we), the data into
+	// wd (three copies); in the next every register the write addresses is written with
+	// its enable straight from those registers (each direction keeps its own copy of the
+	// next hops, written from nh_we and the staged n_* two cycles later). The answer waits
+	// four more cycles, until what the write starts (a table write or read back into
+	// RB_*, an activity snapshot into ACT_DATA, the next hops) has reached the registers or
+	// memories it changes.
 	localparam int NWA = 41;  // word addresses 0x000 .. 0x0a0
 	logic [NWA-1:0] wsel;
 	logic [NH-1:0] nh_we;
-	logic [3:0] wpend;        // a write accepted one to four cycles ago
-	logic [31:0] wd;
-	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 4'b0000;
+	logic [5:0] wpend;        // a write accepted one to six cycles ago
+	logic [11:0] aw_q;        // the address and data of the cycle before (a write's when wpend[0])
+	logic [31:0] wd_a;
+	// the write data in three copies, each beside the registers it writes: the live
+	// registers and the table, snapshot and read requests (wd), the staged entry (wd_e),
+	// the staged next hop (wd_n); their different initial values keep synthesis from
+	// merging them into one register (the values never matter: a copy is written with
+	// every accepted write before it is read)
+	logic [31:0] wd = 32'd0;
+	logic [31:0] wd_e = 32'hffffffff;
+	logic [31:0] wd_n = 32'h00000001;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 6'd0;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
@@ -127,17 +137,21 @@ module nx_core #(
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
-			wpend <= 4'b0000;
+			wpend <= 6'd0;
 			wsel <= '0;
 			nh_we <= '0;
 		end else begin
-			wpend <= {wpend[2:0], wr};
+			wpend <= {wpend[4:0], wr};
 			for (int k = 0; k < NWA; k++)
-				wsel[k] <= wr && s_axil_awaddr[11:2] == 10'(k);
+				wsel[k] <= wpend[0] && aw_q[11:2] == 10'(k);
 			for (int i = 0; i < NH; i++)
-				nh_we[i] <= wr && s_axil_awaddr[11:2] == 10'h27 && s_axil_wdata[7:0] == 8'(i);
+				nh_we[i] <= wpend[0] && aw_q[11:2] == 10'h27 && wd_a[7:0] == 8'(i);
 		end
-		wd <= s_axil_wdata;
+		aw_q <= s_axil_awaddr;
+		wd_a <= s_axil_wdata;
+		wd <= wd_a;
+		wd_e <= wd_a;
+		wd_n <= wd_a;
 	end
 
 	always_ff @(posedge clk) begin
@@ -157,7 +171,7 @@ module nx_core #(
 		end else begin
 			if (s_axil_bvalid && s_axil_bready)
 				s_axil_bvalid <= 1'b0;
-			if (wpend[3])
+			if (wpend[5])
 				s_axil_bvalid <= 1'b1;
 			if (wsel_is(wsel, 12'h008)) r_enable <= wd[0];
 			if (wsel_is(wsel, 12'h010)) r_pool_base <= wd;
@@ -187,20 +201,20 @@ module nx_core #(
 			end
 		end
 		// staging registers (no reset)
-		if (wsel_is(wsel, 12'h040)) e_kaddr <= wd;
-		if (wsel_is(wsel, 12'h044)) e_kport <= wd[15:0];
-		if (wsel_is(wsel, 12'h048)) e_raddr <= wd;
-		if (wsel_is(wsel, 12'h04c)) e_rport <= wd[15:0];
-		if (wsel_is(wsel, 12'h050)) e_xaddr <= wd;
-		if (wsel_is(wsel, 12'h054)) e_xport <= wd[15:0];
-		if (wsel_is(wsel, 12'h058)) e_ctl <= wd[3:0];
-		if (wsel_is(wsel, 12'h080)) n_addr <= wd;
-		if (wsel_is(wsel, 12'h084)) n_mask <= wd;
-		if (wsel_is(wsel, 12'h088)) n_dmac[47:32] <= wd[15:0];
-		if (wsel_is(wsel, 12'h08c)) n_dmac[31:0] <= wd;
-		if (wsel_is(wsel, 12'h090)) n_smac[47:32] <= wd[15:0];
-		if (wsel_is(wsel, 12'h094)) n_smac[31:0] <= wd;
-		if (wsel_is(wsel, 12'h098)) n_ctl <= wd[2:0];
+		if (wsel_is(wsel, 12'h040)) e_kaddr <= wd_e;
+		if (wsel_is(wsel, 12'h044)) e_kport <= wd_e[15:0];
+		if (wsel_is(wsel, 12'h048)) e_raddr <= wd_e;
+		if (wsel_is(wsel, 12'h04c)) e_rport <= wd_e[15:0];
+		if (wsel_is(wsel, 12'h050)) e_xaddr <= wd_e;
+		if (wsel_is(wsel, 12'h054)) e_xport <= wd_e[15:0];
+		if (wsel_is(wsel, 12'h058)) e_ctl <= wd_e[3:0];
+		if (wsel_is(wsel, 12'h080)) n_addr <= wd_n;
+		if (wsel_is(wsel, 12'h084)) n_mask <= wd_n;
+		if (wsel_is(wsel, 12'h088)) n_dmac[47:32] <= wd_n[15:0];
+		if (wsel_is(wsel, 12'h08c)) n_dmac[31:0] <= wd_n;
+		if (wsel_is(wsel, 12'h090)) n_smac[47:32] <= wd_n[15:0];
+		if (wsel_is(wsel, 12'h094)) n_smac[31:0] <= wd_n;
+		if (wsel_is(wsel, 12'h098)) n_ctl <= wd_n[2:0];
 	end
 
 	// AXI4-Lite reads, three cycles: the address decoded into registers (rsel one-hot for
@@ -214,6 +228,12 @@ module nx_core #(
 	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
 	logic [31:0] rfa, rfb, rfa_d, rfb_d; // the other registers' value: two halves, ORed in the last cycle
 	localparam int NCNT = 2 * NREASON;
+	// the addressed direction's activity snapshot, a register beside the read's mux, a
+	// cycle behind the directions' own (which take the snapshot as its write is answered):
+	// a read accepted after the answer takes its value two cycles later, from this copy
+	logic [31:0] act_q;
+	always_ff @(posedge clk)
+		act_q <= act_dir ? act_word[1] : act_word[0];
 
 	always_comb begin
 		rfa_d = 32'd0;
@@ -233,7 +253,7 @@ module nx_core #(
 		if (rsel[29]) rfb_d = rfb_d | rb[131:100];
 		if (rsel[30]) rfb_d = rfb_d | {16'd0, rb[147:132]};
 		if (rsel[31]) rfb_d = rfb_d | {28'd0, rb[3:0]};
-		if (rsel[41]) rfb_d = rfb_d | (act_dir ? act_word[1] : act_word[0]);
+		if (rsel[41]) rfb_d = rfb_d | act_q;
 	end
 
 	always_ff @(posedge clk) begin
@@ -249,12 +269,12 @@ module nx_core #(
 			if (ar_pend2)
 				s_axil_rvalid <= 1'b1;
 		end
-		if (rdq) begin
-			for (int k = 0; k < NRA; k++)
-				rsel[k] <= s_axil_araddr[11:2] == 10'(k);
-			rcnt <= s_axil_araddr[11:8] == 4'h2 && {1'b0, s_axil_araddr[6:2]} < 6'(NREASON);
-			cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
-		end
+		// decoded every cycle (no enable): the cycle after a read's acceptance uses the
+		// accepted address's
+		for (int k = 0; k < NRA; k++)
+			rsel[k] <= s_axil_araddr[11:2] == 10'(k);
+		rcnt <= s_axil_araddr[11:8] == 4'h2 && {1'b0, s_axil_araddr[6:2]} < 6'(NREASON);
+		cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
 		if (ar_pend) begin
 			for (int g = 0; g < 5; g++)
 				cgrp[g] <= (8 * g + 32'(cidx[2:0]) < NCNT) ? cnt[32 * (8 * g + 32'(cidx[2:0])) +: 32] : 32'd0;
@@ -317,8 +337,8 @@ module nx_core #(
 		.m_tlast(m_i2o_tlast), .m_tready(m_i2o_tready),
 		.c_tdata(c_tdata[0]), .c_tkeep(c_tkeep[0]), .c_tvalid(c_tvalid[0]),
 		.c_tlast(c_tlast[0]), .c_reason(c_reason[0]), .c_tready(c_tready[0]),
-		.enable(r_enable), .my_mac(r_mac_in), .pool_base(r_pool_base), .pool_mask(r_pool_mask),
-		.mtu(r_mtu_out), .seed(r_seed),
+		.enable_in(r_enable), .my_mac_in(r_mac_in), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
+		.mtu_in(r_mtu_out), .seed_in(r_seed),
 		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
 		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
@@ -334,8 +354,8 @@ module nx_core #(
 		.m_tlast(m_o2i_tlast), .m_tready(m_o2i_tready),
 		.c_tdata(c_tdata[1]), .c_tkeep(c_tkeep[1]), .c_tvalid(c_tvalid[1]),
 		.c_tlast(c_tlast[1]), .c_reason(c_reason[1]), .c_tready(c_tready[1]),
-		.enable(r_enable), .my_mac(r_mac_out), .pool_base(r_pool_base), .pool_mask(r_pool_mask),
-		.mtu(r_mtu_in), .seed(r_seed),
+		.enable_in(r_enable), .my_mac_in(r_mac_out), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
+		.mtu_in(r_mtu_in), .seed_in(r_seed),
 		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
 		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,

@@ -3,9 +3,10 @@
 // nx_dir: one direction of the NAT core (DIR 0: inside -> outside, DIR 1: outside ->
 // inside). Store and forward:
 //
-//   ingress   every beat goes into the data FIFO; the first 96 bytes are captured; at tlast
-//             the header and the frame's length enter the lookup pipeline (one packet per
-//             cycle, so back-to-back frames of any length never wait for it)
+//   ingress   every beat goes into an input register, from there into the data FIFO; the
+//             first 96 bytes are captured; at tlast the header and the frame's length enter
+//             the lookup pipeline (one packet per cycle, so back-to-back frames of any
+//             length never wait for it)
 //   SA        32 bytes from 14 + 16 * IHL[3:2] and the key's port for each of the four
 //             places the transport header can start at in them; the IPv4 header checksum's
 //             words added in pairs
@@ -15,19 +16,22 @@
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
 //             bucket hash (the bucket addresses the table)
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
-//             checksum folded; the outbound next hop's prefix matches
-//   S3        the ways compared with the key (the key's and the remote's halves, each into a
-//             register); the first matching next hop (one-hot)
-//   S4        the hit way (one-hot); the outbound next hop's fields
-//   S4b       the hit way's fields selected
-//   S5        the reason up to the inbound route; the inbound next hop's prefix matches; the
-//             checksum differences
-//   S6..S10   the inbound next hop's first match (S6) and fields (S7); the reason (S8); the
-//             checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite then
-//             nx_redirect, one adder or fold per stage) in S6 to S10
+//             checksum folded; the outbound next hop's prefix compares (4-bit pieces)
+//   S3        the ways compared with the key in 7-bit pieces, each into a register; the
+//             outbound next hops that match (all pieces, valid)
+//   S4        the ways that match (all pieces); the first matching next hop (one-hot)
+//   S4b       the hit way (the lowest-numbered) and its fields selected; the outbound next
+//             hop's fields, each group of four's
+//   S5        the reason's checks before and after the outbound route (two codes); the
+//             outbound next hop's fields (the groups' OR); the inbound next hop's prefix
+//             compares; the checksum differences
+//   S6..S10   the inbound next hop's matches (S6), first match (S7) and fields (S8 each
+//             group's, S9 their OR); the reason (S10: the two codes, the routes, the
+//             MTU); the checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite
+//             then nx_redirect, one adder or fold per stage) in S6 to S10
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
-//   egress    the data FIFO's beats with the metadata (from a register slice behind the
-//             meta FIFO): the translated frame (MACs, TTL, address, port or identifier,
+//   egress    the data FIFO's beats with the metadata (the meta FIFO's output
+//             register): the translated frame (MACs, TTL, address, port or identifier,
 //             both checksums patched in flight) to m_axis, or the frame unchanged to the
 //             CPU stream with its reason; the patch over two register slices (the fixed
 //             fields' bytes and the variable bytes' selects, then their OR), then the m or
@@ -70,12 +74,12 @@ module nx_dir #(
 	output logic [4:0]  c_reason,
 	input  logic        c_tready,
 
-	input  logic        enable,
-	input  logic [47:0] my_mac,
-	input  logic [31:0] pool_base,
-	input  logic [31:0] pool_mask,
-	input  logic [15:0] mtu,
-	input  logic [31:0] seed,
+	input  logic        enable_in,
+	input  logic [47:0] my_mac_in,
+	input  logic [31:0] pool_base_in,
+	input  logic [31:0] pool_mask_in,
+	input  logic [15:0] mtu_in,
+	input  logic [31:0] seed_in,
 
 	input  logic                   tw_en,
 	input  logic [3:0]             tw_way,
@@ -108,7 +112,26 @@ module nx_dir #(
 	localparam int HB = 96;                   // header bytes captured
 	localparam int AWORDS_P = ENTRIES / 32;   // 32-bit words of activity bits
 
+	// the configuration: this direction's own copy, a cycle behind the core's registers
+	// (beside the checks that read it)
+	logic        enable;
+	logic [47:0] my_mac;
+	logic [31:0] pool_base, pool_mask, seed;
+	logic [15:0] mtu;
+	always_ff @(posedge clk) begin
+		enable <= enable_in;
+		my_mac <= my_mac_in;
+		pool_base <= pool_base_in;
+		pool_mask <= pool_mask_in;
+		mtu <= mtu_in;
+		seed <= seed_in;
+	end
+
 	// ---------------- ingress ----------------
+	// The accepted beat goes into an input register stage first (i_*): the data FIFO's
+	// write and the header capture take it from there, and each 64-bit slice of the capture
+	// is enabled by its own register (i_cap[i], set with the beat it captures), so no
+	// enable is a combination of s_tvalid and s_tready fanned out over the whole capture.
 	logic [HB*8-1:0] hcap;
 	logic [12:0] bidx;
 	logic [HB/8-1:0] bsel;      // one-hot: the next beat is beat i of the header
@@ -116,16 +139,25 @@ module nx_dir #(
 	logic in_fire, in_ready;
 	logic [DLOG2:0] dlevel;
 	logic [MLOG2+1:0] inflight;
-	logic meta_pop, e_end;
+	logic meta_pop, e_end, e_end_r;
+
+	logic i_valid, i_last;
+	logic [63:0] i_data;
+	logic [7:0] i_keep;
+	logic [HB/8-1:0] i_cap;     // the beat in i_data is beat i of the header
+	logic [15:0] i_len;         // the length of the frame whose last beat is in i_data
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
 
 	// s_tready is a register computed from the counts alone, a cycle old: high only when
-	// the FIFO held at most DDEPTH - 2 words and at most MDEPTH - 2 frames waited for their
-	// metadata to leave, so the beat (or the frame's end) it accepts always fits; it waits
-	// for no pop of the cycle, so it may fall a cycle early when the FIFO is nearly full
+	// the FIFO held at most DDEPTH - 3 words (one more may be in the input register) and at
+	// most MDEPTH - 3 frames were counted in flight (the count takes a frame's end from the
+	// input register and a frame's departure a cycle late, both from registers: one frame
+	// may be missing from it), so the beat (or the frame's end) it accepts always fits; it
+	// waits for no pop of the cycle, so it may fall a cycle early when the FIFO is nearly
+	// full
 	assign s_tready = in_ready;
 	assign in_fire = s_tvalid && in_ready;
 
@@ -135,20 +167,25 @@ module nx_dir #(
 			nbytes = nbytes + {3'd0, s_tkeep[i]};
 	end
 
-	// the header of the frame whose last beat came in the cycle before: hcap itself (the
-	// next frame's first beat overwrites it only at the end of that cycle, when SA has
-	// taken what it needs)
+	// the header of the frame whose last beat was in the input register the cycle before:
+	// hcap itself (the next frame's first beat overwrites it only at the end of that cycle,
+	// when SA has taken what it needs)
 	assign p0_hdr = hcap;
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			bidx <= '0;
 			bsel <= {{(HB/8-1){1'b0}}, 1'b1};
+			i_valid <= 1'b0;
+			i_cap <= '0;
 			p0_valid <= 1'b0;
 			inflight <= '0;
+			e_end_r <= 1'b0;
 			in_ready <= 1'b1;
 		end else begin
-			p0_valid <= in_fire && s_tlast;
+			i_valid <= in_fire;
+			i_cap <= in_fire ? bsel : '0;
+			p0_valid <= i_valid && i_last;
 			if (in_fire) begin
 				if (s_tlast) begin
 					bidx <= '0;
@@ -159,29 +196,42 @@ module nx_dir #(
 					bsel <= bsel << 1;
 				end
 			end
-			inflight <= inflight + (MLOG2+2)'(in_fire && s_tlast) - (MLOG2+2)'(e_end);
-			in_ready <= (dlevel < DDEPTH[DLOG2:0] - 1'b1) && (inflight < MDEPTH[MLOG2+1:0] - 1'b1);
+			e_end_r <= e_end;
+			inflight <= inflight + (MLOG2+2)'(i_valid && i_last) - (MLOG2+2)'(e_end_r);
+			in_ready <= (dlevel < DDEPTH[DLOG2:0] - (DLOG2+1)'(2)) && (inflight < MDEPTH[MLOG2+1:0] - (MLOG2+2)'(2));
 		end
+		i_data <= s_tdata;
+		i_keep <= s_tkeep;
+		i_last <= s_tlast;
 		if (in_fire && s_tlast)
-			p0_len <= {bidx, 3'd0} + {12'd0, nbytes};
+			i_len <= {bidx, 3'd0} + {12'd0, nbytes};
+		p0_len <= i_len;
 	end
 
 	// the header capture: beat i into its 64 bits of hcap, each slice enabled by its own
-	// one-hot bit, nothing cleared. The bytes past a frame's end keep an older frame's; no
+	// register, nothing cleared. The bytes past a frame's end keep an older frame's; no
 	// check depends on them: below 14 bytes the reason is not_for_us (bytes 0..5, the first
 	// beat's) or not_ipv4, below 34 bad_ip at the latest, and every field past byte 33 is
 	// read only after the IPv4 and transport length checks that precede it in the checks'
 	// order have found it inside the frame (docs/HARDWARE.md)
-	always_ff @(posedge clk)
+	// With the beat of bytes 8..15, IHL (byte 14's low half) decides which of the IPv4
+	// header's word pairs SA adds: pair m (words 2m, 2m+1) when m < IHL, into hpair_en
+	// beside the capture (written with the same slice, so it always matches hcap's byte 14)
+	logic [14:0] hpair_en;
+	always_ff @(posedge clk) begin
 		for (int i = 0; i < HB / 8; i++)
-			if (in_fire && bsel[i])
-				hcap[64*i +: 64] <= s_tdata;
+			if (i_cap[i])
+				hcap[64*i +: 64] <= i_data;
+		if (i_cap[1])
+			for (int m = 0; m < 15; m++)
+				hpair_en[m] <= i_data[48 +: 4] > 4'(m);
+	end
 
 	// data FIFO: {tlast, tkeep, tdata}
 	logic d_valid, d_pop;
 	logic [72:0] d_out;
 	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
-		.clk, .rst, .push(in_fire), .din({s_tlast, s_tkeep, s_tdata}),
+		.clk, .rst, .push(i_valid), .din({i_last, i_keep, i_data}),
 		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
 	);
 
@@ -207,14 +257,11 @@ module nx_dir #(
 		2'd2: z_l4w = p0_hdr[8 * 46 +: 256];
 		default: z_l4w = p0_hdr[8 * 30 +: 256];
 		endcase
-		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL; 30 at most)
-		for (int m = 0; m < 15; m++) begin
-			z_pair[m] = 17'd0;
-			for (int k = 0; k < 2; k++)
-				if ({1'b0, z_ihl, 1'b0} > 6'(2 * m + k))
-					z_pair[m] = z_pair[m] + {1'b0, hb(p0_hdr, 14 + 2 * (2 * m + k)),
-								 hb(p0_hdr, 15 + 2 * (2 * m + k))};
-		end
+		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL, 30 at most: both
+		// words of pair m or neither, as m < IHL, hpair_en)
+		for (int m = 0; m < 15; m++)
+			z_pair[m] = hpair_en[m] ? {1'b0, hb(p0_hdr, 14 + 4 * m), hb(p0_hdr, 15 + 4 * m)} +
+						  {1'b0, hb(p0_hdr, 16 + 4 * m), hb(p0_hdr, 17 + 4 * m)} : 17'd0;
 		case (hb(p0_hdr, 23))
 		8'd6: z_penc = nx_core_pkg::P_TCP;
 		8'd17: z_penc = nx_core_pkg::P_UDP;
@@ -236,12 +283,16 @@ module nx_dir #(
 	logic [15:0] a_kpc [0:3];
 	logic [15:0] a_kport;
 	logic [1:0] a_penc;
-	logic [31:0] a_kaddr;
+	logic [31:0] a_kx;       // the key address XOR the seed (the hash's first step)
+	logic [16:0] a_tot14;    // IPv4 total length + 14
+	logic [6:0] a_hl14;      // 4 * IHL + 14
 	always_ff @(posedge clk) begin
 		if (rst)
 			a_valid <= 1'b0;
 		else
 			a_valid <= p0_valid;
+		a_tot14 <= {1'b0, hb(p0_hdr, 16), hb(p0_hdr, 17)} + 17'd14;
+		a_hl14 <= {1'b0, p0_hdr[8 * 14 +: 4], 2'd0} + 7'd14;
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
 		a_l4w <= z_l4w;
@@ -250,8 +301,8 @@ module nx_dir #(
 		for (int c = 0; c < 4; c++)
 			a_kpc[c] <= z_kpc[c];
 		a_penc <= z_penc;
-		a_kaddr <= DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
-				    : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)};
+		a_kx <= (DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
+				  : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)}) ^ seed;
 	end
 
 	// ---------------- SB: the hash's first half, the sums in four groups, IPv4 checks ----------------
@@ -269,8 +320,8 @@ module nx_dir #(
 			y_grp[g] = ({2'd0, a_pair[4 * g]} + {2'd0, a_pair[4 * g + 1]}) +
 				   ({2'd0, a_pair[4 * g + 2]} + (g < 3 ? {2'd0, a_pair[(4 * g + 3) % 15]} : 19'd0));
 		y_bip = (a_len < 16'd34) || (y_ver != 4'd4) || (y_ihl < 4'd5) || (y_tot < y_hlen) ||
-			({16'd0, y_tot} + 32'd14 > {16'd0, a_len}) ||
-			(y_hlen + 16'd14 > a_len);  // and the checksum: S2 folds q_sum
+			(a_tot14 > {1'b0, a_len}) ||
+			({9'd0, a_hl14} > a_len);  // and the checksum: S2 folds q_sum
 	end
 
 	logic b_valid;
@@ -280,7 +331,8 @@ module nx_dir #(
 	logic [159:0] b_l4;
 	logic [18:0] b_grp [0:3];
 	logic [31:0] b_h1;
-	logic b_bip;
+	logic b_bip, b_nfu, b_nip;
+	logic [1:0] b_penc;
 	always_ff @(posedge clk) begin
 		if (rst)
 			b_valid <= 1'b0;
@@ -296,8 +348,13 @@ module nx_dir #(
 							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
 		for (int g = 0; g < 4; g++)
 			b_grp[g] <= y_grp[g];
-		b_h1 <= nx_core_pkg::nx_hash_a(a_kaddr, a_kport, a_penc, seed);
+		b_h1 <= nx_core_pkg::nx_hash_a(a_kx, a_kport, a_penc, 32'd0);  // a_kx: the address XOR the seed
 		b_bip <= y_bip;
+		b_penc <= a_penc;
+		// the Ethernet checks (S1 takes them as they are)
+		b_nfu <= ({hb(a_hdr, 0), hb(a_hdr, 1), hb(a_hdr, 2), hb(a_hdr, 3), hb(a_hdr, 4), hb(a_hdr, 5)} != my_mac) &&
+			 !a_hdr[0];  // group addresses (bit 0 of byte 0) are for us (nx_for_us)
+		b_nip <= (a_len < 16'd14) || ({hb(a_hdr, 12), hb(a_hdr, 13)} != 16'h0800);
 	end
 
 	// ---------------- S1: parse ----------------
@@ -339,20 +396,20 @@ module nx_dir #(
 		q_icmp = 1'b0;
 		q_tcpc = 1'b0;
 		q_l4c = 16'd0;
-		case (q_proto)
-		8'd6: begin
+		case (b_penc)  // q_proto's encoding (SA's)
+		nx_core_pkg::P_TCP: begin
 			q_penc = nx_core_pkg::P_TCP;
 			q_bl4 = (q_l4len < 16'd20) || (q_l4[103:100] < 4'd5) ||
 				({10'd0, q_l4[103:100], 2'd0} > q_l4len);
 			q_tcpc = (q_flags[2:0] != 3'd0);
 			q_l4c = {q_l4[135:128], q_l4[143:136]};
 		end
-		8'd17: begin
+		nx_core_pkg::P_UDP: begin
 			q_penc = nx_core_pkg::P_UDP;
 			q_bl4 = (q_l4len < 16'd8) || (q_ulen < 16'd8) || (q_ulen > q_l4len);
 			q_l4c = {q_l4[55:48], q_l4[63:56]};
 		end
-		8'd1: begin
+		nx_core_pkg::P_ICMP: begin
 			q_penc = nx_core_pkg::P_ICMP;
 			q_bl4 = (q_l4len < 16'd8);
 			q_icmp = (q_type != 8'd0) && (q_type != 8'd8);
@@ -379,8 +436,8 @@ module nx_dir #(
 		else
 			s1_valid <= b_valid;
 		s1_dis <= !enable;
-		s1_nfu <= (q_dmac != my_mac) && !q_dmac[40]; // group addresses are for us (nx_for_us)
-		s1_nip <= (b_len < 16'd14) || (q_etype != 16'h0800);
+		s1_nfu <= b_nfu;
+		s1_nip <= b_nip;
 		s1_bip <= b_bip;
 		s1_pool <= DIR == 0 ? ((q_da & pool_mask) == pool_base) : ((q_da & pool_mask) != pool_base);
 		s1_ttl <= q_ttl <= 8'd1;
@@ -411,13 +468,14 @@ module nx_dir #(
 	// first (enabled by this direction's request, so the two directions' copies stay two):
 	// the memories' write data, address and enables come from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
-	logic [WAYS-1:0] pb_we;
+	logic [WAYS-1:0] pb_we, pb_we1;
 	logic pb_re;
 	logic [BLOG2-1:0] pb_addr;
 	logic [EW-1:0] pb_data;
 	always_ff @(posedge clk) begin
 		for (int w = 0; w < WAYS; w++)
-			pb_we[w] <= tw_en && tw_way == 4'(w);
+			pb_we1[w] <= tw_en && tw_way == 4'(w);
+		pb_we <= pb_we1;
 		pb_re <= tr_en;
 		if (tw_en || tr_en)
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
@@ -432,15 +490,25 @@ module nx_dir #(
 				for (int i = 0; i < BUCKETS; i++)
 					mem[i] = '0;
 			end
-			// port A: the lookup's read; port B: the control plane's write or read back
+			// port A: the lookup's read; port B: the control plane's write or read back,
+			// from this way's own copy of the request (beside its block RAM; the ways'
+			// different initial values, never used, keep synthesis from merging them)
+			logic w_re = gw[0];
+			logic [BLOG2-1:0] w_addr = BLOG2'(gw);
+			logic [EW-1:0] w_data = EW'(gw);
+			always_ff @(posedge clk) begin
+				w_re <= pb_re;
+				w_addr <= pb_addr;
+				w_data <= pb_data;
+			end
 			always_ff @(posedge clk) begin
 				rd[gw] <= mem[s1_bucket];
 			end
 			always_ff @(posedge clk) begin
 				if (pb_we[gw])
-					mem[pb_addr] <= pb_data;
-				else if (pb_re)
-					tr_data[EW*gw +: EW] <= mem[pb_addr];
+					mem[w_addr] <= w_data;
+				else if (w_re)
+					tr_data[EW*gw +: EW] <= mem[w_addr];
 			end
 		end
 	endgenerate
@@ -488,10 +556,14 @@ module nx_dir #(
 	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
 	logic [NH*32-1:0] nh_addr, nh_mask;
 	logic [NH*48-1:0] nh_dmac, nh_smac;
-	logic [NH-1:0]    nh_we1, nh_wel;
+	// nh_we through two registers in both directions (a register beside the core's decode,
+	// one beside the copy); the directions' different initial values (never used: reset
+	// clears nh_we first) keep synthesis from merging the two directions' registers
+	logic [NH-1:0]    nh_we1 = DIR == 0 ? '0 : '1;
+	logic [NH-1:0]    nh_wel = DIR == 0 ? '0 : '1;
 	always_ff @(posedge clk) begin
 		nh_we1 <= nh_we;
-		nh_wel <= DIR == 0 ? nh_we : nh_we1;
+		nh_wel <= nh_we1;
 		if (rst)
 			nh_valid <= '0;
 		for (int i = 0; i < NH; i++)
@@ -519,28 +591,56 @@ module nx_dir #(
 			nh_rsn = nx_core_pkg::R_XLATE;
 	endfunction
 
-	// next-hop lookup in three steps, a register after each: the valid entries whose prefix
-	// holds the address; the lowest-numbered of them (one-hot); its fields
-	function automatic logic [NH-1:0] nh_match(input logic [31:0] a, input logic [NH-1:0] v,
+	// next-hop lookup in four steps, a register after each: each entry's prefix compared
+	// with the address in eight 4-bit pieces; the valid entries whose pieces all match;
+	// the lowest-numbered of them (one-hot); its fields
+	function automatic logic [NH*8-1:0] nh_cmp(input logic [31:0] a,
 						    input logic [NH*32-1:0] ad, input logic [NH*32-1:0] mk);
 		for (int i = 0; i < NH; i++)
-			nh_match[i] = v[i] && ((a & mk[32*i +: 32]) == ad[32*i +: 32]);
+			for (int c = 0; c < 8; c++)
+				nh_cmp[8*i + c] = (a[4*c +: 4] & mk[32*i + 4*c +: 4]) == ad[32*i + 4*c +: 4];
 	endfunction
 
-	function automatic logic [NH-1:0] nh_first(input logic [NH-1:0] m);
+	function automatic logic [NH-1:0] nh_match(input logic [NH*8-1:0] c, input logic [NH-1:0] v);
 		for (int i = 0; i < NH; i++)
-			nh_first[i] = m[i] && (i == 0 ? 1'b1 : ((m & ((NH)'(1) << i) - (NH)'(1)) == '0));
+			nh_match[i] = v[i] && c[8*i +: 8] == 8'hff;
 	endfunction
 
+	// the lowest-numbered match, one-hot: none below it in its group of four, none in a
+	// lower group (NH a multiple of 4)
+	localparam int NG = NH / 4;
+	function automatic logic [NH-1:0] nh_first(input logic [NH-1:0] m);
+		logic [NG-1:0] g;
+		for (int k = 0; k < NG; k++)
+			g[k] = m[4*k +: 4] != 4'd0;
+		for (int i = 0; i < NH; i++) begin
+			logic lower;
+			lower = 1'b0;
+			for (int j = 4 * (i / 4); j < i; j++)
+				lower = lower | m[j];
+			for (int k = 0; k < i / 4; k++)
+				lower = lower | g[k];
+			nh_first[i] = m[i] && !lower;
+		end
+	endfunction
+
+	// the selected entry's fields in two steps: each group of four's OR of its selected
+	// entry (one register per group), then the groups' OR
 	localparam int RW = 3 + 48 + 48; // {found, punt, inside, dmac, smac}
-	function automatic logic [RW-1:0] nh_pick(input logic [NH-1:0] sel, input logic [NH-1:0] pu,
-						  input logic [NH-1:0] ins, input logic [NH*48-1:0] dm,
-						  input logic [NH*48-1:0] sm);
-		nh_pick = '0;
-		nh_pick[RW-1] = sel != '0;
+	function automatic logic [NG*RW-1:0] nh_gpick(input logic [NH-1:0] sel, input logic [NH-1:0] pu,
+						      input logic [NH-1:0] ins, input logic [NH*48-1:0] dm,
+						      input logic [NH*48-1:0] sm);
+		nh_gpick = '0;
 		for (int i = 0; i < NH; i++)
 			if (sel[i])
-				nh_pick = nh_pick | {1'b0, pu[i], ins[i], dm[48*i +: 48], sm[48*i +: 48]};
+				nh_gpick[RW*(i/4) +: RW] = nh_gpick[RW*(i/4) +: RW] |
+					{1'b1, pu[i], ins[i], dm[48*i +: 48], sm[48*i +: 48]};
+	endfunction
+
+	function automatic logic [RW-1:0] nh_gor(input logic [NG*RW-1:0] gp);
+		nh_gor = '0;
+		for (int k = 0; k < NG; k++)
+			nh_gor = nh_gor | gp[RW*k +: RW];
 	endfunction
 
 	localparam int EB = $clog2(ENTRIES);
@@ -561,7 +661,7 @@ module nx_dir #(
 	logic [BLOG2-1:0] s3_bucket;
 	logic [15:0] s3_ipf;
 	logic [EW-1:0] rq [0:WAYS-1];
-	logic [NH-1:0] n3_m;
+	logic [NH*8-1:0] n3_c;
 
 	always_ff @(posedge clk) begin
 		{s3_dis, s3_nfu, s3_nip, s3_bip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc} <=
@@ -582,17 +682,27 @@ module nx_dir #(
 		s3_ipf <= nx_csum_pkg::nx_csum_fold(s2_sum);
 		for (int w = 0; w < WAYS; w++)
 			rq[w] <= rd[w];
-		n3_m <= DIR == 0 ? nh_match(s2_da, nh_valid, nh_addr, nh_mask) : '0;
+		n3_c <= DIR == 0 ? nh_cmp(s2_da, nh_addr, nh_mask) : '0;
 	end
 
-	// ---------------- S3: compare the ways (the key's half and the remote's half, each into
-	// a register; S4 ANDs them); the header checksum's verdict ----------------
-	logic [WAYS-1:0] keq, req;
+	// ---------------- S3: compare the ways in 7-bit pieces, each into a register (S4 ANDs
+	// them): the key's 50 bits {port, address, protocol} in eight pieces, the valid bit
+	// with the last; the remote's 48 bits {port, address} in seven, each true when the
+	// entry is not remote-bound; the header checksum's verdict ----------------
+	localparam int KC = 8, RC = 7, WC = KC + RC;
+	logic [WC-1:0] wc [0:WAYS-1];
 	always_comb begin
 		for (int w = 0; w < WAYS; w++) begin
-			keq[w] = rq[w][0] && rq[w][3:2] == s3_penc && rq[w][35:4] == s3_kaddr &&
-				 rq[w][51:36] == s3_kport;
-			req[w] = !rq[w][1] || (rq[w][83:52] == s3_raddr && rq[w][99:84] == s3_rport);
+			logic [55:0] ke, kk;
+			logic [48:0] re, rk;
+			ke = {6'd0, rq[w][51:2]};
+			kk = {6'd0, s3_kport, s3_kaddr, s3_penc};
+			re = {1'b0, rq[w][99:52]};
+			rk = {1'b0, s3_rport, s3_raddr};
+			for (int c = 0; c < KC; c++)
+				wc[w][c] = ke[7*c +: 7] == kk[7*c +: 7] && (c != KC - 1 || rq[w][0]);
+			for (int c = 0; c < RC; c++)
+				wc[w][KC + c] = !rq[w][1] || re[7*c +: 7] == rk[7*c +: 7];
 		end
 	end
 
@@ -603,9 +713,10 @@ module nx_dir #(
 	logic [7:0] s4_ttl8, s4_proto8;
 	logic [6:0] s4_poff, s4_coff;
 	logic [BLOG2-1:0] s4_bucket;
-	logic [WAYS-1:0] s4_keq, s4_req, s4_hv;
+	logic [WC-1:0] s4_wc [0:WAYS-1];
+	logic [WAYS-1:0] s4_hv;
 	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
-	logic [NH-1:0] n4_sel;
+	logic [NH-1:0] n4_m;
 
 	always_ff @(posedge clk) begin
 		{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc} <=
@@ -622,15 +733,17 @@ module nx_dir #(
 		s4_poff <= s3_poff;
 		s4_coff <= s3_coff;
 		s4_bucket <= s3_bucket;
-		s4_keq <= keq;
-		s4_req <= req;
-		for (int w = 0; w < WAYS; w++)
+		for (int w = 0; w < WAYS; w++) begin
+			s4_wc[w] <= wc[w];
 			s4_x[w] <= rq[w][147:100];
-		n4_sel <= nh_first(n3_m);
+		end
+		n4_m <= DIR == 0 ? nh_match(n3_c, nh_valid) : '0;
 	end
 
-	// ---------------- S4: the hit way (the lowest-numbered, one-hot); the outbound next hop's fields ----------------
-	assign s4_hv = s4_keq & s4_req;
+	// ---------------- S4: the ways that match (all their pieces equal); the outbound next hop's first match ----------------
+	always_comb
+		for (int w = 0; w < WAYS; w++)
+			s4_hv[w] = &s4_wc[w];
 	logic s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc;
 	logic [1:0] s4b_penc;
 	logic [31:0] s4b_kaddr;
@@ -638,9 +751,9 @@ module nx_dir #(
 	logic [7:0] s4b_ttl8, s4b_proto8;
 	logic [6:0] s4b_poff, s4b_coff;
 	logic [BLOG2-1:0] s4b_bucket;
-	logic [WAYS-1:0] s4b_first;       // the hit way, one-hot (none: a miss)
+	logic [WAYS-1:0] s4b_hv;          // the ways that match (none: a miss)
 	logic [47:0] s4b_x [0:WAYS-1];
-	logic [RW-1:0] r4b;
+	logic [NH-1:0] n4b_sel;
 
 	always_ff @(posedge clk) begin
 		{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
@@ -656,23 +769,22 @@ module nx_dir #(
 		s4b_poff <= s4_poff;
 		s4b_coff <= s4_coff;
 		s4b_bucket <= s4_bucket;
-		for (int w = 0; w < WAYS; w++) begin
-			s4b_first[w] <= s4_hv[w] && (w == 0 ? 1'b1 : ((s4_hv & ((WAYS)'(1) << w) - (WAYS)'(1)) == '0));
+		s4b_hv <= s4_hv;
+		for (int w = 0; w < WAYS; w++)
 			s4b_x[w] <= s4_x[w];
-		end
-		r4b <= DIR == 0 ? nh_pick(n4_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		n4b_sel <= DIR == 0 ? nh_first(n4_m) : '0;
 	end
 
-	// ---------------- S4b: the hit way's fields selected ----------------
+	// ---------------- S4b: the hit way (the lowest-numbered) and its fields selected; the outbound next hop's fields ----------------
 	logic [47:0] c_x;
 	logic [3:0] c_way;
 	always_comb begin
 		c_x = 48'd0;
 		c_way = 4'd0;
-		for (int w = 0; w < WAYS; w++)
-			if (s4b_first[w]) begin
-				c_x = c_x | s4b_x[w];
-				c_way = c_way | 4'(w);
+		for (int w = WAYS - 1; w >= 0; w--)
+			if (s4b_hv[w]) begin
+				c_x = s4b_x[w];
+				c_way = 4'(w);
 			end
 	end
 
@@ -684,7 +796,7 @@ module nx_dir #(
 	logic [6:0] s5_poff, s5_coff;
 	logic s5_hit;
 	logic [EB-1:0] s5_eidx;
-	logic [RW-1:0] r5;
+	logic [NG*RW-1:0] g5;
 
 	always_ff @(posedge clk) begin
 		{s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc} <=
@@ -699,40 +811,39 @@ module nx_dir #(
 		s5_proto8 <= s4b_proto8;
 		s5_poff <= s4b_poff;
 		s5_coff <= s4b_coff;
-		s5_hit <= s4b_first != '0;
+		s5_hit <= s4b_hv != '0;
 		s5_xaddr <= c_x[31:0];
 		s5_xport <= c_x[47:32];
 		s5_eidx <= EB'(s4b_bucket) * EB'(WAYS) + EB'(c_way);
-		r5 <= r4b;
+		g5 <= DIR == 0 ? nh_gpick(n4b_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
 	end
 
-	// ---------------- S5: the reason but for the inbound route and the MTU; the inbound
-	// next hop's match; the checksum differences ----------------
+	// ---------------- S5: the reason's checks before the outbound route (x_pre) and those
+	// between it and the inbound route (x_post); the outbound next hop's fields (the
+	// groups' OR); the inbound next hop's prefix compares; the checksum differences ----------------
 	// nx_rewrite: the address into the IP checksum, address and port into TCP/UDP's, the
 	// identifier alone into ICMP's; then nx_redirect: the TTL word. Each
 	// nx_csum_apply(sum, diff) = nx_csum_fold(~sum + diff) is spread over the registers:
 	// the differences (S5; diff4 as the sum of its halves' diff2), their sums (S6), the
 	// sums with ~checksum (S7), the folds (S8), the TTL word's apply (S9, S10).
-	logic [4:0] x_ra;
+	logic [4:0] x_pre, x_post;
 	logic [31:0] x_dlo, x_dhi, x_dport, x_dttl;
 	logic [7:0] x_ttl;
 	always_comb begin
-		logic [4:0] rr;
-		rr = nh_rsn(r5[RW-1], r5[RW-2], r5[RW-3]);
-		if (s5_dis) x_ra = nx_core_pkg::R_DISABLED;
-		else if (s5_nfu) x_ra = nx_core_pkg::R_NOT_FOR_US;
-		else if (s5_nip) x_ra = nx_core_pkg::R_NOT_IPV4;
-		else if (s5_bip) x_ra = nx_core_pkg::R_BAD_IP;
-		else if (s5_pool) x_ra = DIR == 0 ? nx_core_pkg::R_HAIRPIN : nx_core_pkg::R_NOT_POOL;
-		else if (DIR == 0 && rr != nx_core_pkg::R_XLATE) x_ra = rr;
-		else if (s5_ttl) x_ra = nx_core_pkg::R_TTL;
-		else if (s5_frag) x_ra = nx_core_pkg::R_FRAGMENT;
-		else if (s5_proto) x_ra = nx_core_pkg::R_PROTO;
-		else if (s5_bl4) x_ra = nx_core_pkg::R_BAD_L4;
-		else if (s5_icmp) x_ra = nx_core_pkg::R_ICMP;
-		else if (s5_tcpc) x_ra = nx_core_pkg::R_TCP_CTRL;
-		else if (!s5_hit) x_ra = nx_core_pkg::R_MISS;
-		else x_ra = nx_core_pkg::R_XLATE;
+		if (s5_dis) x_pre = nx_core_pkg::R_DISABLED;
+		else if (s5_nfu) x_pre = nx_core_pkg::R_NOT_FOR_US;
+		else if (s5_nip) x_pre = nx_core_pkg::R_NOT_IPV4;
+		else if (s5_bip) x_pre = nx_core_pkg::R_BAD_IP;
+		else if (s5_pool) x_pre = DIR == 0 ? nx_core_pkg::R_HAIRPIN : nx_core_pkg::R_NOT_POOL;
+		else x_pre = nx_core_pkg::R_XLATE;
+		if (s5_ttl) x_post = nx_core_pkg::R_TTL;
+		else if (s5_frag) x_post = nx_core_pkg::R_FRAGMENT;
+		else if (s5_proto) x_post = nx_core_pkg::R_PROTO;
+		else if (s5_bl4) x_post = nx_core_pkg::R_BAD_L4;
+		else if (s5_icmp) x_post = nx_core_pkg::R_ICMP;
+		else if (s5_tcpc) x_post = nx_core_pkg::R_TCP_CTRL;
+		else if (!s5_hit) x_post = nx_core_pkg::R_MISS;
+		else x_post = nx_core_pkg::R_XLATE;
 		x_dlo = nx_csum_pkg::nx_csum_diff2(s5_kaddr[15:0], s5_xaddr[15:0]);
 		x_dhi = nx_csum_pkg::nx_csum_diff2(s5_kaddr[31:16], s5_xaddr[31:16]);
 		x_dport = nx_csum_pkg::nx_csum_diff2(s5_kport, s5_xport);
@@ -740,14 +851,17 @@ module nx_dir #(
 		x_dttl = nx_csum_pkg::nx_csum_diff2({s5_ttl8, s5_proto8}, {x_ttl, s5_proto8});
 	end
 
-	logic [4:0] s6_ra;
+	logic [4:0] s6_pre, s6_post;
 	logic s6_mtu, s6_icmp;
 	logic [31:0] s6_dlo, s6_dhi, s6_dport, s6_dttl;
 	logic [15:0] s6_ipc, s6_l4c;
-	logic [NH-1:0] n6_m;
+	logic [NH*8-1:0] n6_c;
+	logic [RW-1:0] r6;
 	always_ff @(posedge clk) begin
-		s6_ra <= x_ra;
+		s6_pre <= x_pre;
+		s6_post <= x_post;
 		s6_mtu <= s5_tot > mtu;
+		r6 <= DIR == 0 ? nh_gor(g5) : '0;
 		s6_icmp <= s5_penc == nx_core_pkg::P_ICMP;
 		s6_dlo <= x_dlo;
 		s6_dhi <= x_dhi;
@@ -755,7 +869,7 @@ module nx_dir #(
 		s6_dttl <= x_dttl;
 		s6_ipc <= s5_ipc;
 		s6_l4c <= s5_l4c;
-		n6_m <= DIR == 1 ? nh_match(s5_xaddr, nh_valid, nh_addr, nh_mask) : '0;
+		n6_c <= DIR == 1 ? nh_cmp(s5_xaddr, nh_addr, nh_mask) : '0;
 	end
 
 	// the fields that only ride along, S5 to S10: {ttl - 1, address, port, offsets, entry,
@@ -767,18 +881,19 @@ module nx_dir #(
 			  s5_penc == nx_core_pkg::P_UDP, s5_l4c == 16'd0}),
 		.q(k10)
 	);
-	logic [95:0] r10_out;  // the outbound next hop's MACs, S5 to S10
-	nx_dly #(.W(96), .N(5)) u_rmac (.clk, .d(r5[95:0]), .q(r10_out));
+	// the reason's parts and the outbound next hop, S6 to S10
+	logic [4:0] s10_pre, s10_post;
+	logic s10_mtu;
+	logic [RW-1:0] r10_out;
+	nx_dly #(.W(11 + RW), .N(4)) u_rsn (.clk, .d({s6_pre, s6_post, s6_mtu, r6}),
+					   .q({s10_pre, s10_post, s10_mtu, r10_out}));
 
-	// S6: the differences' sums; the inbound next hop's first match
-	logic [4:0] s7_ra;
-	logic s7_mtu, s7_icmp;
+	// S6: the differences' sums; the inbound next hop's matches
+	logic s7_icmp;
 	logic [31:0] s7_dip, s7_dpp, s7_dhi, s7_dport, s7_dttl;
 	logic [15:0] s7_ipc, s7_l4c;
-	logic [NH-1:0] n7_sel;
+	logic [NH-1:0] n7_m;
 	always_ff @(posedge clk) begin
-		s7_ra <= s6_ra;
-		s7_mtu <= s6_mtu;
 		s7_icmp <= s6_icmp;
 		s7_dip <= s6_dlo + s6_dhi;   // nx_csum_diff4(key address, new address)
 		s7_dpp <= s6_dlo + s6_dport;
@@ -787,61 +902,60 @@ module nx_dir #(
 		s7_dttl <= s6_dttl;
 		s7_ipc <= s6_ipc;
 		s7_l4c <= s6_l4c;
-		n7_sel <= nh_first(n6_m);
+		n7_m <= DIR == 1 ? nh_match(n6_c, nh_valid) : '0;
 	end
 
-	// S7: the sums with the old checksums; the inbound next hop's fields
-	logic [4:0] s8_ra;
-	logic s8_mtu;
+	// S7: the sums with the old checksums; the inbound next hop's first match
 	logic [31:0] s8_tip, s8_dsum, s8_dttl;
 	logic [15:0] s8_l4c;
-	logic [RW-1:0] r8;
+	logic [NH-1:0] n8_sel;
 	always_ff @(posedge clk) begin
-		s8_ra <= s7_ra;
-		s8_mtu <= s7_mtu;
 		s8_tip <= {16'd0, ~s7_ipc} + s7_dip;
 		s8_dsum <= s7_icmp ? s7_dport : s7_dpp + s7_dhi;
 		s8_dttl <= s7_dttl;
 		s8_l4c <= s7_l4c;
-		r8 <= DIR == 1 ? nh_pick(n7_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		n8_sel <= DIR == 1 ? nh_first(n7_m) : '0;
 	end
 
-	// S8: the reason; the first folds
-	logic [4:0] x_reason;
-	always_comb begin
-		logic [4:0] rr;
-		rr = nh_rsn(r8[RW-1], r8[RW-2], r8[RW-3]);
-		if (s8_ra != nx_core_pkg::R_XLATE) x_reason = s8_ra;
-		else if (DIR == 1 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
-		else if (s8_mtu) x_reason = nx_core_pkg::R_MTU;
-		else x_reason = nx_core_pkg::R_XLATE;
-	end
-
-	logic [4:0] s9_reason;
+	// S8: the first folds; the inbound next hop's fields in each group
 	logic [15:0] s9_ipc1;
 	logic [31:0] s9_tl4, s9_dttl;
-	logic [95:0] s9_mac;
+	logic [NG*RW-1:0] g9;
 	always_ff @(posedge clk) begin
-		s9_reason <= x_reason;
 		s9_ipc1 <= nx_csum_pkg::nx_csum_fold(s8_tip);
 		s9_tl4 <= {16'd0, ~s8_l4c} + s8_dsum;
 		s9_dttl <= s8_dttl;
-		s9_mac <= r8[95:0];
+		g9 <= DIR == 1 ? nh_gpick(n8_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
 	end
 
-	// S9: the TTL word's sum; the transport checksum's fold
-	logic [4:0] s10_reason;
+	// S9: the TTL word's sum; the transport checksum's fold; the inbound next hop's fields
+	// (the groups' OR)
 	logic [31:0] s10_tip2;
 	logic [15:0] s10_l4r;
-	logic [95:0] s10_mac;
+	logic [RW-1:0] r10_in;
 	always_ff @(posedge clk) begin
-		s10_reason <= s9_reason;
 		s10_tip2 <= {16'd0, ~s9_ipc1} + s9_dttl;
 		s10_l4r <= nx_csum_pkg::nx_csum_fold(s9_tl4);
-		s10_mac <= s9_mac;
+		r10_in <= DIR == 1 ? nh_gor(g9) : '0;
 	end
 
-	// S10: the TTL word's fold, UDP's rule for 0; the result (S11's registers)
+	// S10: the reason (the checks before the outbound route, the outbound route, those
+	// between it and the inbound route, the inbound route, the MTU, in this order); the
+	// TTL word's fold, UDP's rule for 0; the result (S11's registers)
+	logic [4:0] x_reason;
+	logic [RW-1:0] r10;
+	assign r10 = DIR == 0 ? r10_out : r10_in;
+	always_comb begin
+		logic [4:0] rr;
+		rr = nh_rsn(r10[RW-1], r10[RW-2], r10[RW-3]);
+		if (s10_pre != nx_core_pkg::R_XLATE) x_reason = s10_pre;
+		else if (DIR == 0 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
+		else if (s10_post != nx_core_pkg::R_XLATE) x_reason = s10_post;
+		else if (DIR == 1 && rr != nx_core_pkg::R_XLATE) x_reason = rr;
+		else if (s10_mtu) x_reason = nx_core_pkg::R_MTU;
+		else x_reason = nx_core_pkg::R_XLATE;
+	end
+
 	logic [15:0] w_l4c;
 	logic k_udp, k_l4zero;
 	assign k_udp = k10[1];
@@ -867,12 +981,12 @@ module nx_dir #(
 	logic [31:0] f_setb;
 	assign f_valid = v_stage[12];
 	always_ff @(posedge clk) begin
-		f_reason <= s10_reason;
-		f_mac <= DIR == 0 ? r10_out : s10_mac;
+		f_reason <= x_reason;
+		f_mac <= r10[95:0];
 		f_ipc <= nx_csum_pkg::nx_csum_fold(s10_tip2);
 		f_l4c <= w_l4c;
 		{f_ttl, f_xaddr, f_xport, f_poff, f_coff} <= k10[CW-1:EB+2];
-		f_set <= v_stage[11] && s10_reason == nx_core_pkg::R_XLATE;
+		f_set <= v_stage[11] && x_reason == nx_core_pkg::R_XLATE;
 		f_seta <= k10[2 + 5 +: EB - 5];
 		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
 	end
@@ -933,14 +1047,16 @@ module nx_dir #(
 		end
 	end
 
-	// meta FIFO: {reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff}
-	localparam int MW = 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7;
+	// meta FIFO: {to the CPU, reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff,
+	// poff + 1, coff + 1}
+	localparam int MW = 1 + 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7 + 7 + 7;
 	logic m_valid;
 	logic [MW-1:0] m_out;
 	logic [MLOG2:0] mlevel;
 	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
 		.clk, .rst, .push(f_valid),
-		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport, f_poff, f_l4c, f_coff}),
+		.din({f_reason != nx_core_pkg::R_XLATE, f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport,
+		      f_poff, f_l4c, f_coff, f_poff + 7'd1, f_coff + 7'd1}),
 		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
 	);
 
@@ -957,19 +1073,17 @@ module nx_dir #(
 	logic [63:0] e_pval;  // each byte's patch value
 	logic [7:0] e_phit;   // the bytes patched
 
-	// The current frame's metadata is the output of a register slice behind the meta FIFO
-	// (u_eslice): the FIFO's pop is the slice's registered ready, so the egress's handshake
-	// (a frame's last beat taken) reaches the slice's registers only, not the FIFO's read
-	// chain. A frame leaves the count of frames in flight with its last beat.
-	logic [MW+14:0] e_q;
+	// The current frame's metadata is the meta FIFO's output register: the FIFO's reads
+	// are decided from its registers alone, so the egress's handshake (a frame's last beat
+	// taken, its pop) reaches only its output and skid registers' enables. A frame leaves
+	// the count of frames in flight with its last beat.
+	logic [MW-1:0] e_q;
+	assign cur_valid = m_valid;
+	assign e_q = m_out;
 	assign e_fire = cur_valid && d_valid && x_rdy;
 	assign e_end = e_fire && d_out[72];
 	assign d_pop = e_fire;
-	nx_slice #(.W(MW + 15)) u_eslice (
-		.clk, .rst, .s_valid(m_valid),
-		.s_data({m_out[MW-1 -: 5] != nx_core_pkg::R_XLATE, m_out, m_out[16 + 7 +: 7] + 7'd1, m_out[6:0] + 7'd1}),
-		.s_ready(meta_pop), .m_valid(cur_valid), .m_data(e_q), .m_ready(e_end)
-	);
+	assign meta_pop = e_end;
 	assign {e_cpu, e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = e_q;
 
 	always_ff @(posedge clk) begin

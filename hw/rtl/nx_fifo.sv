@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // nx_fifo: synchronous first-word-fall-through FIFO. The storage is read synchronously
-// (block RAM) into its read register, which feeds the output register: the block RAM's
-// clock-to-out ends at a register, never in logic. One push and one pop per cycle. level
-// counts the words held (storage and both registers); the caller keeps it at most DEPTH.
+// (block RAM) into its read register (mq), which feeds the output register (dout) and a
+// skid register behind it: the block RAM's clock-to-out ends at a register, never in
+// logic, and its read is decided from registers alone (a read whenever the three hold at
+// most two words), so pop reaches only the output and skid registers' enables. One push
+// and one pop per cycle. level counts the words held (storage and the three registers);
+// the caller keeps it at most DEPTH.
 //
 // Also here: nx_slice (a two-entry register slice: valid, data and ready all registered
 // at the outputs) and nx_dly (a plain delay line), the core's pipeline helpers.
@@ -26,20 +29,27 @@ module nx_fifo #(
 	logic [W-1:0] mem [0:DEPTH-1];
 	logic [LOG2-1:0] wptr, rptr;
 	logic [LOG2:0] mcount; // words in mem, not yet read out
+	logic mnz;             // mcount != 0
 	logic [W-1:0] mq;      // the memory's read register
 	logic mv;              // mq holds a word
-	logic load, move;
+	logic [W-1:0] sk;      // the skid register: the word after dout's
+	logic sv;              // sk holds a word (only while dout holds one)
+	logic load, keep;
 
-	assign move = mv && (!valid || pop);
-	assign load = (mcount != 0) && (!mv || move);
+	// order: dout, then sk, then mq. A read only when they hold at most two words, so mq's
+	// word always has a place to go when the read overwrites it
+	assign load = mnz && !(mv && valid && sv);
+	assign keep = valid && !pop;   // dout's word stays
 
 	always_ff @(posedge clk) begin
 		if (push)
 			mem[wptr] <= din;
 		if (load)
 			mq <= mem[rptr];
-		if (move)
-			dout <= mq;
+		if (!keep)
+			dout <= sv ? sk : mq;
+		if (keep != sv)
+			sk <= mq;
 	end
 
 	always_ff @(posedge clk) begin
@@ -47,7 +57,9 @@ module nx_fifo #(
 			wptr <= '0;
 			rptr <= '0;
 			mcount <= '0;
+			mnz <= 1'b0;
 			mv <= 1'b0;
+			sv <= 1'b0;
 			valid <= 1'b0;
 			level <= '0;
 		end else begin
@@ -56,14 +68,14 @@ module nx_fifo #(
 			if (load)
 				rptr <= rptr + 1'b1;
 			mcount <= mcount + (LOG2+1)'(push) - (LOG2+1)'(load);
-			if (load)
-				mv <= 1'b1;
-			else if (move)
-				mv <= 1'b0;
-			if (move)
-				valid <= 1'b1;
-			else if (pop)
-				valid <= 1'b0;
+			mnz <= (mcount + (LOG2+1)'(push) - (LOG2+1)'(load)) != '0;
+			// dout: kept, else sk's word, else mq's
+			valid <= keep || sv || mv;
+			// sk: kept when dout and sk both stay; takes mq's word when exactly one of
+			// them moves up (dout kept and sk empty, or dout taken and sk full)
+			sv <= (keep && sv) || ((keep != sv) && mv);
+			// mq: a new word, or its word stays when dout and sk are both full and kept
+			mv <= load || (mv && keep && sv);
 			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
 		end
 	end
