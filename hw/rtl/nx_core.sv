@@ -226,7 +226,7 @@ module nx_core #(
 	logic rcnt, rcnt2;         // the read is of a counter
 	logic [2:0] cgi;           // the counter's group
 	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
-	logic [31:0] rfa, rfb, rfa_d, rfb_d; // the other registers' value: two halves, ORed in the last cycle
+	logic [31:0] rfa, rfb, rfc, rfa_d, rfb_d; // the other registers' value: three parts (ACT_DATA the third), ORed in the last cycle
 	localparam int NCNT = 2 * NREASON;
 	// the addressed direction's activity snapshot, a register beside the read's mux, a
 	// cycle behind the directions' own (which take the snapshot as its write is answered):
@@ -253,7 +253,6 @@ module nx_core #(
 		if (rsel[29]) rfb_d = rfb_d | rb[131:100];
 		if (rsel[30]) rfb_d = rfb_d | {16'd0, rb[147:132]};
 		if (rsel[31]) rfb_d = rfb_d | {28'd0, rb[3:0]};
-		if (rsel[41]) rfb_d = rfb_d | act_q;
 	end
 
 	always_ff @(posedge clk) begin
@@ -282,9 +281,10 @@ module nx_core #(
 			rcnt2 <= rcnt;
 			rfa <= rfa_d;
 			rfb <= rfb_d;
+			rfc <= rsel[41] ? act_q : 32'd0;
 		end
 		if (ar_pend2)
-			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfa | rfb;
+			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfa | rfb | rfc;
 	end
 
 	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated; the reasons above

@@ -6,14 +6,17 @@
 // logic, and its read is decided from registers alone (a read whenever the three hold at
 // most two words), so pop reaches only the output and skid registers' enables. One push
 // and one pop per cycle. level counts the words held (storage and the three registers);
-// the caller keeps it at most DEPTH.
+// the caller keeps it at most DEPTH. SPLIT > 1 cuts the storage into that many column
+// slices, each with its own copy of the pointers (beside it; the copies' different
+// initial values, never used, keep synthesis from merging them).
 //
 // Also here: nx_slice (a two-entry register slice: valid, data and ready all registered
 // at the outputs) and nx_dly (a plain delay line), the core's pipeline helpers.
 
 module nx_fifo #(
 	parameter int W = 8,
-	parameter int LOG2 = 4
+	parameter int LOG2 = 4,
+	parameter int SPLIT = 1
 ) (
 	input  logic         clk,
 	input  logic         rst,
@@ -26,8 +29,7 @@ module nx_fifo #(
 );
 	localparam int DEPTH = 1 << LOG2;
 
-	logic [W-1:0] mem [0:DEPTH-1];
-	logic [LOG2-1:0] wptr, rptr;
+	localparam int SW = (W + SPLIT - 1) / SPLIT;
 	logic [LOG2:0] mcount; // words in mem, not yet read out
 	logic mnz;             // mcount != 0
 	logic [W-1:0] mq;      // the memory's read register
@@ -41,11 +43,33 @@ module nx_fifo #(
 	assign load = mnz && !(mv && valid && sv);
 	assign keep = valid && !pop;   // dout's word stays
 
+	logic [SW*SPLIT-1:0] dinp, mqp;
+	assign dinp = (SW*SPLIT)'(din);
+	assign mq = mqp[W-1:0];
+	for (genvar k = 0; k < SPLIT; k++) begin : g_col
+		logic [SW-1:0] mem [0:DEPTH-1];
+		logic [LOG2-1:0] wptr = LOG2'(k);
+		logic [LOG2-1:0] rptr = LOG2'(k);
+		logic [SW-1:0] mqk;
+		always_ff @(posedge clk) begin
+			if (rst) begin
+				wptr <= '0;
+				rptr <= '0;
+			end else begin
+				if (push)
+					wptr <= wptr + 1'b1;
+				if (load)
+					rptr <= rptr + 1'b1;
+			end
+			if (push)
+				mem[wptr] <= dinp[SW*k +: SW];
+			if (load)
+				mqk <= mem[rptr];
+		end
+		assign mqp[SW*k +: SW] = mqk;
+	end
+
 	always_ff @(posedge clk) begin
-		if (push)
-			mem[wptr] <= din;
-		if (load)
-			mq <= mem[rptr];
 		if (!keep)
 			dout <= sv ? sk : mq;
 		if (keep != sv)
@@ -54,8 +78,6 @@ module nx_fifo #(
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
-			wptr <= '0;
-			rptr <= '0;
 			mcount <= '0;
 			mnz <= 1'b0;
 			mv <= 1'b0;
@@ -63,10 +85,6 @@ module nx_fifo #(
 			valid <= 1'b0;
 			level <= '0;
 		end else begin
-			if (push)
-				wptr <= wptr + 1'b1;
-			if (load)
-				rptr <= rptr + 1'b1;
 			mcount <= mcount + (LOG2+1)'(push) - (LOG2+1)'(load);
 			mnz <= (mcount + (LOG2+1)'(push) - (LOG2+1)'(load)) != '0;
 			// dout: kept, else sk's word, else mq's
