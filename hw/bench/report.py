@@ -196,7 +196,8 @@ def main():
           "its LUT column leaves out the SRL16E shift registers, which also sit in LUTs); entries are per direction (4 ways × 2^BLOG2 buckets). "
           "Fmax: nextpnr-ecp5 on an ECP5-85 (LFE5U-85F) speed grade 6, out of context (no IO buffers, "
           "no global clock network: the AXI signals are not pins), one seed. A missing cell was not run "
-          "or did not finish (see the seconds column).", "",
+          "or did not finish (see the seconds column). Rows with a commit in their name are earlier "
+          "measurements, kept for comparison.", "",
           "| family | entries | LUT | FF | block RAM | other | Yosys s | Fmax (MHz) | nextpnr s |",
           "|---|---|---|---|---|---|---|---|---|"]
     for fam, name in (("ecp5", "ECP5 (`synth_ecp5`)"), ("ice40", "iCE40 (`synth_ice40`)"), ("xcup", "UltraScale+ (`synth_xilinx -family xcup`)")):
@@ -213,6 +214,9 @@ def main():
             L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 name, SIZE[b], s[0] if s else "–", s[1] if s else "–", s[2] if s else "–", s[3] if s else "not finished (cut at the timeout or failed)",
                 t if t is not None else "–", fm or "–", tp if tp is not None else "–"))
+    rows = os.path.join(d, "rows.txt")  # earlier measurements kept for comparison (written by hand)
+    if os.path.exists(rows):
+        L += [l for l in open(rows).read().splitlines() if l.startswith("|")]
     f8 = fmax(d, 8)
     if f8:
         v = float(f8.split()[0])

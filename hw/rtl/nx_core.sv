@@ -102,17 +102,20 @@ module nx_core #(
 	logic wr, rdq, ar_pend, ar_pend2;
 	// AXI4-Lite writes: accepted, then applied, then answered. The accepted address and
 	// data go into registers (aw_q, wd_a); in the next cycle the word address is decoded
-	// one-hot into registers (wsel), the next-hop commit's index too (nh_we), the data into
-	// wd (three copies); in the next every register the write addresses is written with
-	// its enable straight from those registers (each direction keeps its own copy of the
+	// one-hot into registers (wsel0), the next-hop commit's index too (nh_we0); in the
+	// next they are copied into wsel and nh_we (beside the registers they enable), the data
+	// into wd (three copies); in the next every register the write addresses is written
+	// with its enable straight from those registers (each direction keeps its own copy of the
 	// next hops, written from nh_we and the staged n_* two cycles later). The answer waits
 	// four more cycles, until what the write starts (a table write or read back into
 	// RB_*, an activity snapshot into ACT_DATA, the next hops) has reached the registers or
 	// memories it changes.
 	localparam int NWA = 41;  // word addresses 0x000 .. 0x0a0
 	logic [NWA-1:0] wsel;
-	logic [NH-1:0] nh_we;
-	logic [5:0] wpend;        // a write accepted one to six cycles ago
+	logic [NH-1:0] nh_we, nh_we0;
+	logic [NWA-1:0] wsel0;
+	logic [31:0] wd_b;
+	logic [6:0] wpend;        // a write accepted one to seven cycles ago
 	logic [11:0] aw_q;        // the address and data of the cycle before (a write's when wpend[0])
 	logic [31:0] wd_a;
 	// the write data in three copies, each beside the registers it writes: the live
@@ -123,7 +126,7 @@ module nx_core #(
 	logic [31:0] wd = 32'd0;
 	logic [31:0] wd_e = 32'hffffffff;
 	logic [31:0] wd_n = 32'h00000001;
-	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 6'd0;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 7'd0;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
@@ -137,21 +140,26 @@ module nx_core #(
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
-			wpend <= 6'd0;
+			wpend <= 7'd0;
+			wsel0 <= '0;
 			wsel <= '0;
+			nh_we0 <= '0;
 			nh_we <= '0;
 		end else begin
-			wpend <= {wpend[4:0], wr};
+			wpend <= {wpend[5:0], wr};
 			for (int k = 0; k < NWA; k++)
-				wsel[k] <= wpend[0] && aw_q[11:2] == 10'(k);
+				wsel0[k] <= wpend[0] && aw_q[11:2] == 10'(k);
 			for (int i = 0; i < NH; i++)
-				nh_we[i] <= wpend[0] && aw_q[11:2] == 10'h27 && wd_a[7:0] == 8'(i);
+				nh_we0[i] <= wpend[0] && aw_q[11:2] == 10'h27 && wd_a[7:0] == 8'(i);
+			wsel <= wsel0;
+			nh_we <= nh_we0;
 		end
 		aw_q <= s_axil_awaddr;
 		wd_a <= s_axil_wdata;
-		wd <= wd_a;
-		wd_e <= wd_a;
-		wd_n <= wd_a;
+		wd_b <= wd_a;
+		wd <= wd_b;
+		wd_e <= wd_b;
+		wd_n <= wd_b;
 	end
 
 	always_ff @(posedge clk) begin
@@ -171,7 +179,7 @@ module nx_core #(
 		end else begin
 			if (s_axil_bvalid && s_axil_bready)
 				s_axil_bvalid <= 1'b0;
-			if (wpend[5])
+			if (wpend[6])
 				s_axil_bvalid <= 1'b1;
 			if (wsel_is(wsel, 12'h008)) r_enable <= wd[0];
 			if (wsel_is(wsel, 12'h010)) r_pool_base <= wd;
@@ -226,7 +234,7 @@ module nx_core #(
 	logic rcnt, rcnt2;         // the read is of a counter
 	logic [2:0] cgi;           // the counter's group
 	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
-	logic [31:0] rfa, rfb, rfa_d, rfb_d; // the other registers' value: two halves, ORed in the last cycle
+	logic [31:0] rfa, rfb, rfc, rfa_d, rfb_d; // the other registers' value: three parts (ACT_DATA the third), ORed in the last cycle
 	localparam int NCNT = 2 * NREASON;
 	// the addressed direction's activity snapshot, a register beside the read's mux, a
 	// cycle behind the directions' own (which take the snapshot as its write is answered):
@@ -253,7 +261,6 @@ module nx_core #(
 		if (rsel[29]) rfb_d = rfb_d | rb[131:100];
 		if (rsel[30]) rfb_d = rfb_d | {16'd0, rb[147:132]};
 		if (rsel[31]) rfb_d = rfb_d | {28'd0, rb[3:0]};
-		if (rsel[41]) rfb_d = rfb_d | act_q;
 	end
 
 	always_ff @(posedge clk) begin
@@ -282,9 +289,10 @@ module nx_core #(
 			rcnt2 <= rcnt;
 			rfa <= rfa_d;
 			rfb <= rfb_d;
+			rfc <= rsel[41] ? act_q : 32'd0;
 		end
 		if (ar_pend2)
-			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfa | rfb;
+			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfa | rfb | rfc;
 	end
 
 	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated; the reasons above

@@ -247,7 +247,9 @@ module nx_dir #(
 	logic [16:0] z_pair [0:14];
 	logic [15:0] z_kpc [0:3];
 	logic [1:0] z_penc;
+	logic [47:0] z_dmac;
 	always_comb begin
+		z_dmac = {hb(p0_hdr, 0), hb(p0_hdr, 1), hb(p0_hdr, 2), hb(p0_hdr, 3), hb(p0_hdr, 4), hb(p0_hdr, 5)};
 		z_ihl = p0_hdr[8 * 14 +: 4];
 		// the transport header starts at 14 + 4 * IHL: here the 32 bytes from
 		// 14 + 16 * IHL[3:2] (IHL 4 to 15; below 5 the frame is bad_ip whatever is read),
@@ -286,6 +288,8 @@ module nx_dir #(
 	logic [31:0] a_kx;       // the key address XOR the seed (the hash's first step)
 	logic [16:0] a_tot14;    // IPv4 total length + 14
 	logic [6:0] a_hl14;      // 4 * IHL + 14
+	logic [7:0] a_mac_eq;    // the destination MAC's 6-bit pieces equal to the port's
+	logic [15:0] a_l4len;    // the transport length: total length - 4 * IHL
 	always_ff @(posedge clk) begin
 		if (rst)
 			a_valid <= 1'b0;
@@ -293,6 +297,9 @@ module nx_dir #(
 			a_valid <= p0_valid;
 		a_tot14 <= {1'b0, hb(p0_hdr, 16), hb(p0_hdr, 17)} + 17'd14;
 		a_hl14 <= {1'b0, p0_hdr[8 * 14 +: 4], 2'd0} + 7'd14;
+		a_l4len <= {hb(p0_hdr, 16), hb(p0_hdr, 17)} - {10'd0, p0_hdr[8 * 14 +: 4], 2'd0};
+		for (int c = 0; c < 8; c++)
+			a_mac_eq[c] <= z_dmac[6*c +: 6] == my_mac[6*c +: 6];
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
 		a_l4w <= z_l4w;
@@ -310,7 +317,16 @@ module nx_dir #(
 	logic [15:0] y_tot, y_hlen;
 	logic [18:0] y_grp [0:3];
 	logic y_bip;
+	logic [3:0] y_tbad, y_ubad;  // per place of the transport header: TCP's, UDP's length checks
 	always_comb begin
+		for (int c = 0; c < 4; c++) begin
+			logic [3:0] doff;
+			logic [15:0] ulen;
+			doff = a_l4w[32 * c + 100 +: 4];
+			ulen = {a_l4w[32 * c + 32 +: 8], a_l4w[32 * c + 40 +: 8]};
+			y_tbad[c] = (doff < 4'd5) || ({10'd0, doff, 2'd0} > a_l4len);
+			y_ubad[c] = (ulen < 16'd8) || (ulen > a_l4len);
+		end
 		y_ver = a_hdr[8 * 14 + 4 +: 4];
 		y_ihl = a_hdr[8 * 14 +: 4];
 		a_kport = a_kpc[y_ihl[1:0]];
@@ -326,12 +342,13 @@ module nx_dir #(
 
 	logic b_valid;
 	logic [HB*8-1:0] b_hdr;
-	logic [15:0] b_len, b_l4len;
+	logic [15:0] b_len;
 	logic [6:0] b_poff, b_coff;
 	logic [159:0] b_l4;
 	logic [18:0] b_grp [0:3];
 	logic [31:0] b_h1;
 	logic b_bip, b_nfu, b_nip;
+	logic b_tbad, b_ubad, b_ibad;  // the transport header's checks (nx_parse_l4) for TCP, UDP, ICMP
 	logic [1:0] b_penc;
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -341,7 +358,9 @@ module nx_dir #(
 		b_hdr <= a_hdr;
 		b_len <= a_len;
 		b_l4 <= a_l4w[32 * y_ihl[1:0] +: 160];
-		b_l4len <= y_tot - y_hlen;
+		b_tbad <= y_tbad[y_ihl[1:0]] || (a_l4len < 16'd20);
+		b_ubad <= y_ubad[y_ihl[1:0]] || (a_l4len < 16'd8);
+		b_ibad <= a_l4len < 16'd8;
 		// the offsets of the port (identifier) and of the transport checksum in the frame
 		b_poff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
 		b_coff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
@@ -352,15 +371,14 @@ module nx_dir #(
 		b_bip <= y_bip;
 		b_penc <= a_penc;
 		// the Ethernet checks (S1 takes them as they are)
-		b_nfu <= ({hb(a_hdr, 0), hb(a_hdr, 1), hb(a_hdr, 2), hb(a_hdr, 3), hb(a_hdr, 4), hb(a_hdr, 5)} != my_mac) &&
-			 !a_hdr[0];  // group addresses (bit 0 of byte 0) are for us (nx_for_us)
+		b_nfu <= a_mac_eq != 8'hff && !a_hdr[0];  // group addresses (bit 0 of byte 0) are for us (nx_for_us)
 		b_nip <= (a_len < 16'd14) || ({hb(a_hdr, 12), hb(a_hdr, 13)} != 16'h0800);
 	end
 
 	// ---------------- S1: parse ----------------
 
 	logic [47:0] q_dmac;
-	logic [15:0] q_etype, q_tot, q_fragw, q_ipc, q_l4len;
+	logic [15:0] q_etype, q_tot, q_fragw, q_ipc;
 	logic [3:0] q_ihl;
 	logic [7:0] q_ttl, q_proto;
 	logic [31:0] q_sa, q_da, q_sum;
@@ -384,7 +402,6 @@ module nx_dir #(
 		q_da = {hb(b_hdr, 30), hb(b_hdr, 31), hb(b_hdr, 32), hb(b_hdr, 33)};
 		q_sum = ({13'd0, b_grp[0]} + {13'd0, b_grp[1]}) + ({13'd0, b_grp[2]} + {13'd0, b_grp[3]});
 		q_l4 = b_l4;
-		q_l4len = b_l4len;
 		q_sport = {q_l4[7:0], q_l4[15:8]};
 		q_dport = {q_l4[23:16], q_l4[31:24]};
 		q_ulen = {q_l4[39:32], q_l4[47:40]};
@@ -399,19 +416,18 @@ module nx_dir #(
 		case (b_penc)  // q_proto's encoding (SA's)
 		nx_core_pkg::P_TCP: begin
 			q_penc = nx_core_pkg::P_TCP;
-			q_bl4 = (q_l4len < 16'd20) || (q_l4[103:100] < 4'd5) ||
-				({10'd0, q_l4[103:100], 2'd0} > q_l4len);
+			q_bl4 = b_tbad;  // l4len < 20, doff < 5, doff * 4 > l4len (SB)
 			q_tcpc = (q_flags[2:0] != 3'd0);
 			q_l4c = {q_l4[135:128], q_l4[143:136]};
 		end
 		nx_core_pkg::P_UDP: begin
 			q_penc = nx_core_pkg::P_UDP;
-			q_bl4 = (q_l4len < 16'd8) || (q_ulen < 16'd8) || (q_ulen > q_l4len);
+			q_bl4 = b_ubad;  // l4len < 8, udp.len < 8, udp.len > l4len (SB)
 			q_l4c = {q_l4[55:48], q_l4[63:56]};
 		end
 		nx_core_pkg::P_ICMP: begin
 			q_penc = nx_core_pkg::P_ICMP;
-			q_bl4 = (q_l4len < 16'd8);
+			q_bl4 = b_ibad;  // l4len < 8 (SB)
 			q_icmp = (q_type != 8'd0) && (q_type != 8'd8);
 			q_l4c = {q_l4[23:16], q_l4[31:24]};
 		end
@@ -945,6 +961,9 @@ module nx_dir #(
 	logic [4:0] x_reason;
 	logic [RW-1:0] r10;
 	assign r10 = DIR == 0 ? r10_out : r10_in;
+	logic x_xlate;  // x_reason == R_XLATE, from the parts directly (the activity bit's enable)
+	assign x_xlate = s10_pre == nx_core_pkg::R_XLATE && s10_post == nx_core_pkg::R_XLATE && !s10_mtu &&
+			 r10[RW-1] && !r10[RW-2] && (r10[RW-3] == (DIR == 1));
 	always_comb begin
 		logic [4:0] rr;
 		rr = nh_rsn(r10[RW-1], r10[RW-2], r10[RW-3]);
@@ -986,7 +1005,7 @@ module nx_dir #(
 		f_ipc <= nx_csum_pkg::nx_csum_fold(s10_tip2);
 		f_l4c <= w_l4c;
 		{f_ttl, f_xaddr, f_xport, f_poff, f_coff} <= k10[CW-1:EB+2];
-		f_set <= v_stage[11] && x_reason == nx_core_pkg::R_XLATE;
+		f_set <= v_stage[11] && x_xlate;
 		f_seta <= k10[2 + 5 +: EB - 5];
 		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
 	end
@@ -1053,7 +1072,7 @@ module nx_dir #(
 	logic m_valid;
 	logic [MW-1:0] m_out;
 	logic [MLOG2:0] mlevel;
-	nx_fifo #(.W(MW), .LOG2(MLOG2)) u_meta (
+	nx_fifo #(.W(MW), .LOG2(MLOG2), .SPLIT(4)) u_meta (
 		.clk, .rst, .push(f_valid),
 		.din({f_reason != nx_core_pkg::R_XLATE, f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport,
 		      f_poff, f_l4c, f_coff, f_poff + 7'd1, f_coff + 7'd1}),

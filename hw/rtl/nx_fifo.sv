@@ -6,14 +6,18 @@
 // logic, and its read is decided from registers alone (a read whenever the three hold at
 // most two words), so pop reaches only the output and skid registers' enables. One push
 // and one pop per cycle. level counts the words held (storage and the three registers);
-// the caller keeps it at most DEPTH.
+// the caller keeps it at most DEPTH. SPLIT > 1 cuts the storage and the output registers
+// into that many column slices, each with its own copy of the pointers and of the output
+// control (beside it; the copies' different initial values, never used, keep synthesis
+// from merging them).
 //
 // Also here: nx_slice (a two-entry register slice: valid, data and ready all registered
 // at the outputs) and nx_dly (a plain delay line), the core's pipeline helpers.
 
 module nx_fifo #(
 	parameter int W = 8,
-	parameter int LOG2 = 4
+	parameter int LOG2 = 4,
+	parameter int SPLIT = 1
 ) (
 	input  logic         clk,
 	input  logic         rst,
@@ -26,56 +30,78 @@ module nx_fifo #(
 );
 	localparam int DEPTH = 1 << LOG2;
 
-	logic [W-1:0] mem [0:DEPTH-1];
-	logic [LOG2-1:0] wptr, rptr;
+	localparam int SW = (W + SPLIT - 1) / SPLIT;
 	logic [LOG2:0] mcount; // words in mem, not yet read out
 	logic mnz;             // mcount != 0
-	logic [W-1:0] mq;      // the memory's read register
-	logic mv;              // mq holds a word
-	logic [W-1:0] sk;      // the skid register: the word after dout's
-	logic sv;              // sk holds a word (only while dout holds one)
-	logic load, keep;
+	logic [SPLIT-1:0] ld;  // each column's read (all equal)
 
 	// order: dout, then sk, then mq. A read only when they hold at most two words, so mq's
-	// word always has a place to go when the read overwrites it
-	assign load = mnz && !(mv && valid && sv);
-	assign keep = valid && !pop;   // dout's word stays
-
-	always_ff @(posedge clk) begin
-		if (push)
-			mem[wptr] <= din;
-		if (load)
-			mq <= mem[rptr];
-		if (!keep)
-			dout <= sv ? sk : mq;
-		if (keep != sv)
-			sk <= mq;
+	// word always has a place to go when the read overwrites it. Each column keeps its own
+	// copy of the control (mv, vd, sv), so pop reaches a few registers per column
+	logic [SW*SPLIT-1:0] dinp, doutp;
+	logic [SPLIT-1:0] validk;
+	assign dinp = (SW*SPLIT)'(din);
+	assign dout = doutp[W-1:0];
+	assign valid = validk[0];
+	for (genvar k = 0; k < SPLIT; k++) begin : g_col
+		logic [SW-1:0] mem [0:DEPTH-1];
+		logic [LOG2-1:0] wptr = LOG2'(k);
+		logic [LOG2-1:0] rptr = LOG2'(k);
+		logic [SW-1:0] mq;    // the memory's read register
+		logic [SW-1:0] sk;    // the skid register: the word after dout's
+		logic [SW-1:0] dq;    // dout's column
+		logic mv = 1'(k % 2);   // mq holds a word
+		logic sv = 1'(k / 2 % 2); // sk holds a word (only while dout holds one)
+		logic vd = 1'(k / 4 % 2); // dout holds a word
+		logic load, keep;
+		assign load = mnz && !(mv && vd && sv);
+		assign keep = vd && !pop;   // dout's word stays
+		assign ld[k] = load;
+		always_ff @(posedge clk) begin
+			if (rst) begin
+				wptr <= '0;
+				rptr <= '0;
+				mv <= 1'b0;
+				sv <= 1'b0;
+				vd <= 1'b0;
+			end else begin
+				if (push)
+					wptr <= wptr + 1'b1;
+				if (load)
+					rptr <= rptr + 1'b1;
+				// dout: kept, else sk's word, else mq's
+				vd <= keep || sv || mv;
+				// sk: kept when dout and sk both stay; takes mq's word when exactly one
+				// of them moves up (dout kept and sk empty, or dout taken and sk full)
+				sv <= (keep && sv) || ((keep != sv) && mv);
+				// mq: a new word, or its word stays when dout and sk are both full and kept
+				mv <= load || (mv && keep && sv);
+			end
+			if (push)
+				mem[wptr] <= dinp[SW*k +: SW];
+			if (load)
+				mq <= mem[rptr];
+			if (!keep)
+				dq <= sv ? sk : mq;
+			if (keep != sv)
+				sk <= mq;
+		end
+		assign doutp[SW*k +: SW] = dq;
+		assign validk[k] = vd;
 	end
 
+	// mcount after this cycle, both ways of the read computed beside each other
+	logic [LOG2:0] mc_nl, mc_l;
+	assign mc_nl = mcount + (LOG2+1)'(push);
+	assign mc_l = mc_nl - 1'b1;
 	always_ff @(posedge clk) begin
 		if (rst) begin
-			wptr <= '0;
-			rptr <= '0;
 			mcount <= '0;
 			mnz <= 1'b0;
-			mv <= 1'b0;
-			sv <= 1'b0;
-			valid <= 1'b0;
 			level <= '0;
 		end else begin
-			if (push)
-				wptr <= wptr + 1'b1;
-			if (load)
-				rptr <= rptr + 1'b1;
-			mcount <= mcount + (LOG2+1)'(push) - (LOG2+1)'(load);
-			mnz <= (mcount + (LOG2+1)'(push) - (LOG2+1)'(load)) != '0;
-			// dout: kept, else sk's word, else mq's
-			valid <= keep || sv || mv;
-			// sk: kept when dout and sk both stay; takes mq's word when exactly one of
-			// them moves up (dout kept and sk empty, or dout taken and sk full)
-			sv <= (keep && sv) || ((keep != sv) && mv);
-			// mq: a new word, or its word stays when dout and sk are both full and kept
-			mv <= load || (mv && keep && sv);
+			mcount <= ld[0] ? mc_l : mc_nl;
+			mnz <= ld[0] ? mc_l != '0 : mc_nl != '0;
 			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
 		end
 	end
