@@ -319,6 +319,17 @@ class Flow:
         s1 = tab.place(case, 1, self.pe, self.oip, self.oport, rb, self.srv, rp, self.sub, self.iport)
         return s0, s1
 
+    def install_whole(self, case, tab):
+        """Both entries, or neither (a full bucket leaves the flow in software, as the daemon
+        would): the two slots, or None."""
+        s0, s1 = self.install(case, tab)
+        if s0 is None or s1 is None:
+            for sl in (s0, s1):
+                if sl is not None:
+                    tab.remove(case, sl)
+            return None
+        return s0, s1
+
     def out_frame(self, rnd, size=64, ttl=64, flags=0x10, ihl=5, ident=0):
         pl = bytes(rnd.randrange(256) for _ in range(max(0, size - 14 - 4 * ihl - (8 if self.proto != 6 else 20))))
         return build(MAC_IN0, sub_mac(self.sub), self.sub, self.srv, self.proto, self.iport, self.rport,
@@ -442,11 +453,7 @@ def line_rate_full_table(rnd, load=0.95, n_frames=1500):
         f = Flow(proto, SUBS[i % 8], 1024 + i, SERVERS[i % 2], 53 if proto == 17 else 443,
                  POOL + (i % 8), 1024 + i)
         i += 1
-        s0, s1 = f.install(c, tab)
-        if s0 is None or s1 is None:
-            for sl in (s0, s1):
-                if sl is not None:
-                    tab.remove(c, sl)
+        if f.install_whole(c, tab) is None:
             continue
         fl.append(f)
     c.lines.append("mode 0 0 1")
@@ -553,14 +560,11 @@ def activity_snapshots_during_traffic(rnd, rounds=4):
         f = Flow(17, SUBS[i % 8], 1024 + i // 8, SERVERS[len(fl) % 2], 53, POOL + j % 8, 1024 + j // 8)
         i += 1
         j += 1
-        s0, s1 = f.install(c, tab)
-        if s0 is None or s1 is None:
-            for sl in (s0, s1):
-                if sl is not None:
-                    tab.remove(c, sl)
+        slots = f.install_whole(c, tab)
+        if slots is None:
             continue
         fl.append(f)
-        for d, (_, b, way) in ((0, s0), (1, s1)):
+        for d, (_, b, way) in enumerate(slots):
             want[d] |= 1 << (b * WAYS + way)
     c.actrounds = []
     for r in range(rounds):
