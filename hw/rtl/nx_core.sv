@@ -87,6 +87,9 @@ module nx_core #(
 	logic tr_dir;
 	logic [3:0] tr_way;
 	logic [WAYS*EW-1:0] tr_data [0:1];
+	logic [1:0] tr_done;
+	logic rb_wait;      // a read back is on its way into RB_* (the write's answer waits)
+	logic b_hold;       // a write's answer held until then
 	logic [EW-1:0] rb;
 	logic [3:0] tw_way;
 	logic [BLOG2-1:0] tw_bucket;
@@ -126,7 +129,7 @@ module nx_core #(
 	logic [31:0] wd = 32'd0;
 	logic [31:0] wd_e = 32'hffffffff;
 	logic [31:0] wd_n = 32'h00000001;
-	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && wpend == 7'd0;
+	assign wr = s_axil_awvalid && s_axil_wvalid && !s_axil_bvalid && !b_hold && wpend == 7'd0;
 	assign s_axil_awready = wr;
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
@@ -168,6 +171,8 @@ module nx_core #(
 		act_snap <= 2'b00;
 		if (rst) begin
 			s_axil_bvalid <= 1'b0;
+			b_hold <= 1'b0;
+			rb_wait <= 1'b0;
 			r_enable <= 1'b0;
 			r_pool_base <= 32'd0;
 			r_pool_mask <= 32'hffffffff;
@@ -179,8 +184,19 @@ module nx_core #(
 		end else begin
 			if (s_axil_bvalid && s_axil_bready)
 				s_axil_bvalid <= 1'b0;
-			if (wpend[6])
-				s_axil_bvalid <= 1'b1;
+			// an E_READ's answer waits for its entry in RB_*: the read back waits in the
+			// direction for a lookup slot without a header, then is in tr_data (tr_done),
+			// in trq a cycle later and in rb the cycle after, when a read accepted with
+			// the answer or later takes it
+			if (tr_en != 2'b00)
+				rb_wait <= 1'b1;
+			else if (tr_done != 2'b00)
+				rb_wait <= 1'b0;
+			if (wpend[6] || b_hold) begin
+				b_hold <= rb_wait;
+				if (!rb_wait)
+					s_axil_bvalid <= 1'b1;
+			end
 			if (wsel_is(wsel, 12'h008)) r_enable <= wd[0];
 			if (wsel_is(wsel, 12'h010)) r_pool_base <= wd;
 			if (wsel_is(wsel, 12'h014)) r_pool_mask <= wd;
@@ -348,7 +364,7 @@ module nx_core #(
 		.enable_in(r_enable), .my_mac_in(r_mac_in), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
 		.mtu_in(r_mtu_out), .seed_in(r_seed),
 		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
-		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]),
+		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]), .tr_done(tr_done[0]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[0]), .act_idx, .act_word(act_word[0]),
 		.ev_valid(ev_valid[0]), .ev_reason(ev_reason[0])
@@ -365,7 +381,7 @@ module nx_core #(
 		.enable_in(r_enable), .my_mac_in(r_mac_out), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
 		.mtu_in(r_mtu_in), .seed_in(r_seed),
 		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
-		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]),
+		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]), .tr_done(tr_done[1]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[1]), .act_idx, .act_word(act_word[1]),
 		.ev_valid(ev_valid[1]), .ev_reason(ev_reason[1])

@@ -88,6 +88,7 @@ module nx_dir #(
 	input  logic                   tr_en,      // read a bucket back (the control plane's port)
 	input  logic [BLOG2-1:0]       tr_bucket,
 	output logic [WAYS*nx_core_pkg::EW-1:0] tr_data,
+	output logic                   tr_done,    // tr_data holds the read back (one cycle)
 
 	input  logic [NH-1:0]    nh_we,      // commit the staged next hop into entry i (one-hot)
 	input  logic [31:0]      n_addr,     // the staged next hop
@@ -445,6 +446,8 @@ module nx_dir #(
 	logic [6:0] s1_poff, s1_coff;
 	logic [BLOG2-1:0] s1_bucket;
 	logic [31:0] s1_sum;
+	logic [BLOG2-1:0] pb_addr;      // port B's request: the bucket (the table, below)
+	logic rb_pend, rb_go, s1_rb, s2_rb; // a read back: waiting, issued into S1, in S1, S2
 
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -475,28 +478,53 @@ module nx_dir #(
 		s1_proto8 <= q_proto;
 		s1_poff <= b_poff;
 		s1_coff <= b_coff;
-		s1_bucket <= q_hash[BLOG2-1:0];
+		// an idle slot (no header in SB) carries a waiting read back to the table instead
+		s1_bucket <= rb_go ? pb_addr : q_hash[BLOG2-1:0];
+		s1_rb <= rb_go;
 		s1_sum <= q_sum;
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
-	// Port B's request (a commit's write or a read back) into this direction's registers
-	// first (enabled by this direction's request, so the two directions' copies stay two):
-	// the memories' write data, address and enables come from registers beside them.
+	// Port A reads the bucket S1 addresses: a lookup's, or in a slot without a header a
+	// read back's (the control plane's E_READ), whose ways go from the read registers into
+	// tr_data; port B only writes (a commit). One read port and one write port make each
+	// way's memory a simple dual-port block RAM; a second read port would make synthesis
+	// copy every way's memory. Port B's request into this direction's registers first
+	// (enabled by this direction's request, so the two directions' copies stay two): the
+	// memories' write data, address and enables come from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
 	logic [WAYS-1:0] pb_we, pb_we1;
-	logic pb_re;
-	logic [BLOG2-1:0] pb_addr;
 	logic [EW-1:0] pb_data;
+	// A read back waits (rb_pend) for a cycle in which SB holds no header: rb_go, set the
+	// cycle before from SA's valid, puts its bucket into S1 in that slot. Frames of two
+	// beats or more leave such a slot at least every other cycle; only single-beat frames
+	// back to back hold it off, for as long as they last (the write's answer waits, the
+	// frames do not).
 	always_ff @(posedge clk) begin
 		for (int w = 0; w < WAYS; w++)
 			pb_we1[w] <= tw_en && tw_way == 4'(w);
 		pb_we <= pb_we1;
-		pb_re <= tr_en;
 		if (tw_en || tr_en)
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
 		if (tw_en)
 			pb_data <= tw_data;
+		rb_go <= (rb_pend || tr_en) && !rb_go && !a_valid;
+		if (tr_en)
+			rb_pend <= 1'b1;
+		else if (rb_go)
+			rb_pend <= 1'b0;
+		s2_rb <= s1_rb;
+		tr_done <= s2_rb;
+		if (s2_rb)
+			for (int w = 0; w < WAYS; w++)
+				tr_data[EW*w +: EW] <= rd[w];
+		if (rst) begin
+			rb_pend <= 1'b0;
+			rb_go <= 1'b0;
+			s1_rb <= 1'b0;
+			s2_rb <= 1'b0;
+			tr_done <= 1'b0;
+		end
 	end
 	genvar gw;
 	generate
@@ -506,14 +534,11 @@ module nx_dir #(
 				for (int i = 0; i < BUCKETS; i++)
 					mem[i] = '0;
 			end
-			// port A: the lookup's read; port B: the control plane's write or read back,
-			// from this way's own copy of the request (beside its block RAM; the ways'
+			// port B's request: this way's own copy (beside its block RAM; the ways'
 			// different initial values, never used, keep synthesis from merging them)
-			logic w_re = gw[0];
 			logic [BLOG2-1:0] w_addr = BLOG2'(gw);
 			logic [EW-1:0] w_data = EW'(gw);
 			always_ff @(posedge clk) begin
-				w_re <= pb_re;
 				w_addr <= pb_addr;
 				w_data <= pb_data;
 			end
@@ -523,8 +548,6 @@ module nx_dir #(
 			always_ff @(posedge clk) begin
 				if (pb_we[gw])
 					mem[w_addr] <= w_data;
-				else if (w_re)
-					tr_data[EW*gw +: EW] <= mem[w_addr];
 			end
 		end
 	endgenerate
@@ -1010,8 +1033,17 @@ module nx_dir #(
 		f_setb <= 32'd1 << k10[2 +: 5];  // the entry sits above UDP and no-checksum
 	end
 
-	assign ev_valid = f_valid;
-	assign ev_reason = f_reason;
+	// the counters' event: its own registers (the counters sit apart from the meta FIFO);
+	// with another initial value than v_stage's (an event of reason 31, which no counter
+	// counts), so synthesis keeps them apart from f_valid
+	logic ev_v = 1'b1;
+	logic [4:0] ev_r = 5'h1f;
+	always_ff @(posedge clk) begin
+		ev_v <= v_stage[11] && !rst;
+		ev_r <= x_reason;
+	end
+	assign ev_valid = ev_v;
+	assign ev_reason = ev_r;
 
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
 	// a word. The bits are a memory of AWORDS_P words (block RAM from 4k entries up; not

@@ -535,6 +535,42 @@ def writes_during_traffic(rnd):
     return c, tab
 
 
+def read_back_during_traffic(rnd):
+    """Entries read back (E_READ, RB_*) while frames flow: a read back takes the table's
+    lookup port in a cycle without a header, so every entry must read back as written and
+    every frame still be translated right (a read back in a lookup's slot would turn it
+    into a miss or another flow's translation). Outbound, bursts of single-beat frames
+    (a header every cycle, to the CPU) hold the read backs off until they end."""
+    c = Case("own/table_read_back_during_traffic", "own")
+    c.lines.append("reset")
+    seed = rnd.getrandbits(32)
+    configure(c, BASE_CFG, seed, None)
+    tab = Table(seed)
+    fl = flows(rnd, 48)
+    for f in fl:
+        f.install(c, tab)
+    c.lines.append("mode 0 0 1")
+    for k in range(700):
+        for d in (0, 1):
+            if d == 0 and k % 50 >= 40:  # ten bursts of single-beat frames in each 50
+                for _ in range(12):
+                    c.frame(d, bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 9))), ("cpu", None))
+                continue
+            f = rnd.choice(fl)
+            fr = (f.out_frame if d == 0 else f.in_frame)(rnd, 64, ident=k)
+            c.frame(d, fr, ("xlate", (f.out_x if d == 0 else f.in_x)(fr)))
+    c.rbexp = []
+    for (d, b, way), e in sorted(tab.slots.items()):
+        penc, kaddr, kport, rbound, raddr, rport, xaddr, xport = e
+        c.w(REG_E_READ, d << 31 | way << 24 | b)
+        for a in range(0x64, 0x80, 4):
+            c.r(a)
+        c.rbexp.append(((d, b, way), [kaddr, kport, raddr, rport, xaddr, xport,
+                                      1 | int(rbound) << 1 | penc << 2]))
+    c.lines.append("sync")
+    return c, tab
+
+
 def activity_snapshots_during_traffic(rnd, rounds=4):
     """Activity bits under snapshots taken while frames translate: 32 flows whose entries
     sit in the first activity word of each direction (buckets 0-7), one frame each way per
@@ -733,7 +769,7 @@ def finish(c, tab):
         c.r(REG_ACT_DATA)
         c.w(REG_ACT_SNAP, d << 31 | ((b * WAYS + way) // 32))  # cleared by the snapshot
         c.r(REG_ACT_DATA)
-    c.rbexp = []
+    c.rbexp = getattr(c, "rbexp", [])
     for (d, b, way), e in sorted(tab.slots.items()):  # every entry reads back as written
         penc, kaddr, kport, rbound, raddr, rport, xaddr, xport = e
         c.w(REG_E_READ, d << 31 | way << 24 | b)
@@ -775,6 +811,7 @@ def main():
     cases.append(own_case("input_gaps_heavy", rnd, 200, 80, 0, True, [60, 64, 200, 9000]))
     cases.append(writes_during_traffic(rnd))
     cases.append(activity_snapshots_during_traffic(rnd))
+    cases.append(read_back_during_traffic(rnd))
     cases.append(disabled_then_enabled(rnd))
     cases.append(latency_single_frame(rnd))
     cases.append(line_rate_full_table(rnd))
