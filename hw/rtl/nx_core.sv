@@ -86,7 +86,7 @@ module nx_core #(
 	logic [1:0] tw_en, tr_en;
 	logic tr_dir;
 	logic [3:0] tr_way;
-	logic [WAYS*EW-1:0] tr_data [0:1];
+	logic [EW-1:0] tr_data [0:1];
 	logic [1:0] tr_done;
 	logic rb_wait;      // a read back is on its way into RB_* (the write's answer waits)
 	logic b_hold;       // a write's answer held until then
@@ -329,20 +329,13 @@ module nx_core #(
 		end
 	end
 
-	// the read-back bucket: both tables' port B outputs straight into registers (a block
-	// RAM's output ends at a register), then the addressed way into rb
-	logic [WAYS*EW-1:0] trq [0:1];
-	logic [EW-1:0] rb_d;
-	always_comb begin
-		rb_d = '0;
-		for (int w = 0; w < WAYS; w++)
-			if (tr_way == 4'(w))
-				rb_d = trq[tr_dir][EW*w +: EW];
-	end
+	// the entry read back: each direction's (the addressed way, in a register there) into
+	// a register here, then the addressed direction's into rb
+	logic [EW-1:0] trq [0:1];
 	always_ff @(posedge clk) begin
 		trq[0] <= tr_data[0];
 		trq[1] <= tr_data[1];
-		rb <= rb_d;
+		rb <= trq[tr_dir];
 	end
 
 	wire [EW-1:0] tw_data = {e_xport, e_xaddr, e_rport, e_raddr, e_kport, e_kaddr, e_ctl[3:2], e_ctl[1], e_ctl[0]};
@@ -364,7 +357,7 @@ module nx_core #(
 		.enable_in(r_enable), .my_mac_in(r_mac_in), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
 		.mtu_in(r_mtu_out), .seed_in(r_seed),
 		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
-		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_data(tr_data[0]), .tr_done(tr_done[0]),
+		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_way, .tr_data(tr_data[0]), .tr_done(tr_done[0]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[0]), .act_idx, .act_word(act_word[0]),
 		.ev_valid(ev_valid[0]), .ev_reason(ev_reason[0])
@@ -381,7 +374,7 @@ module nx_core #(
 		.enable_in(r_enable), .my_mac_in(r_mac_out), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
 		.mtu_in(r_mtu_in), .seed_in(r_seed),
 		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
-		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_data(tr_data[1]), .tr_done(tr_done[1]),
+		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_way, .tr_data(tr_data[1]), .tr_done(tr_done[1]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[1]), .act_idx, .act_word(act_word[1]),
 		.ev_valid(ev_valid[1]), .ev_reason(ev_reason[1])

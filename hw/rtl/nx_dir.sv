@@ -87,7 +87,8 @@ module nx_dir #(
 	input  logic [nx_core_pkg::EW-1:0] tw_data,
 	input  logic                   tr_en,      // read a bucket back (the control plane's port)
 	input  logic [BLOG2-1:0]       tr_bucket,
-	output logic [WAYS*nx_core_pkg::EW-1:0] tr_data,
+	input  logic [3:0]             tr_way,
+	output logic [nx_core_pkg::EW-1:0] tr_data,  // the way read back
 	output logic                   tr_done,    // tr_data holds the read back (one cycle)
 
 	input  logic [NH-1:0]    nh_we,      // commit the staged next hop into entry i (one-hot)
@@ -486,15 +487,16 @@ module nx_dir #(
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
 	// Port A reads the bucket S1 addresses: a lookup's, or in a slot without a header a
-	// read back's (the control plane's E_READ), whose ways go from the read registers into
-	// tr_data; port B only writes (a commit). One read port and one write port make each
-	// way's memory a simple dual-port block RAM; a second read port would make synthesis
-	// copy every way's memory. Port B's request into this direction's registers first
+	// read back's (the control plane's E_READ), whose addressed way goes from the read
+	// registers into tr_data; port B only writes (a commit). One read port and one write
+	// port make each way's memory a simple dual-port block RAM; a second read port would
+	// make synthesis copy every way's memory. Port B's request into this direction's registers first
 	// (enabled by this direction's request, so the two directions' copies stay two): the
 	// memories' write data, address and enables come from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
 	logic [WAYS-1:0] pb_we, pb_we1;
 	logic [EW-1:0] pb_data;
+	logic [3:0] pb_way;             // the way a read back reads (none above WAYS - 1: 0)
 	// A read back waits (rb_pend) for a cycle in which SB holds no header: rb_go, set the
 	// cycle before from SA's valid, puts its bucket into S1 in that slot. Frames of two
 	// beats or more leave such a slot at least every other cycle; only single-beat frames
@@ -506,6 +508,8 @@ module nx_dir #(
 		pb_we <= pb_we1;
 		if (tw_en || tr_en)
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
+		if (tr_en)
+			pb_way <= tr_way;
 		if (tw_en)
 			pb_data <= tw_data;
 		rb_go <= (rb_pend || tr_en) && !rb_go && !a_valid;
@@ -515,9 +519,12 @@ module nx_dir #(
 			rb_pend <= 1'b0;
 		s2_rb <= s1_rb;
 		tr_done <= s2_rb;
-		if (s2_rb)
+		if (s2_rb) begin
+			tr_data <= '0;
 			for (int w = 0; w < WAYS; w++)
-				tr_data[EW*w +: EW] <= rd[w];
+				if (pb_way == 4'(w))
+					tr_data <= rd[w];
+		end
 		if (rst) begin
 			rb_pend <= 1'b0;
 			rb_go <= 1'b0;
