@@ -448,7 +448,7 @@ module nx_dir #(
 	logic [BLOG2-1:0] s1_bucket;
 	logic [31:0] s1_sum;
 	logic [BLOG2-1:0] pb_addr;      // port B's request: the bucket (the table, below)
-	logic rb_pend, rb_go, s1_rb, s2_rb; // a read back: waiting, issued into S1, in S1, S2
+	logic rb_pend, rb_go, s1_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S2, S3
 
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -487,13 +487,14 @@ module nx_dir #(
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
 	// Port A reads the bucket S1 addresses: a lookup's, or in a slot without a header a
-	// read back's (the control plane's E_READ), whose addressed way goes from the read
-	// registers into tr_data; port B only writes (a commit). One read port and one write
+	// read back's (the control plane's E_READ), whose addressed way goes from the ways'
+	// registers (rq, S3) into tr_data; port B only writes (a commit). One read port and one write
 	// port make each way's memory a simple dual-port block RAM; a second read port would
 	// make synthesis copy every way's memory. Port B's request into this direction's registers first
 	// (enabled by this direction's request, so the two directions' copies stay two): the
 	// memories' write data, address and enables come from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
+	logic [EW-1:0] rq [0:WAYS-1];   // the ways one cycle on (S3; on ECP5 the block RAMs' output registers)
 	logic [WAYS-1:0] pb_we, pb_we1;
 	logic [EW-1:0] pb_data;
 	logic [3:0] pb_way;             // the way a read back reads (none above WAYS - 1: 0)
@@ -518,18 +519,20 @@ module nx_dir #(
 		else if (rb_go)
 			rb_pend <= 1'b0;
 		s2_rb <= s1_rb;
-		tr_done <= s2_rb;
-		if (s2_rb) begin
+		s3_rb <= s2_rb;
+		tr_done <= s3_rb;
+		if (s3_rb) begin
 			tr_data <= '0;
 			for (int w = 0; w < WAYS; w++)
 				if (pb_way == 4'(w))
-					tr_data <= rd[w];
+					tr_data <= rq[w];
 		end
 		if (rst) begin
 			rb_pend <= 1'b0;
 			rb_go <= 1'b0;
 			s1_rb <= 1'b0;
 			s2_rb <= 1'b0;
+			s3_rb <= 1'b0;
 			tr_done <= 1'b0;
 		end
 	end
@@ -706,7 +709,6 @@ module nx_dir #(
 	logic [6:0] s3_poff, s3_coff;
 	logic [BLOG2-1:0] s3_bucket;
 	logic [15:0] s3_ipf;
-	logic [EW-1:0] rq [0:WAYS-1];
 	logic [NH*8-1:0] n3_c;
 
 	always_ff @(posedge clk) begin
