@@ -610,6 +610,20 @@ module nx_dir #(
 	// clears nh_we first) keep synthesis from merging the two directions' registers
 	logic [NH-1:0]    nh_we1 = DIR == 0 ? '0 : '1;
 	logic [NH-1:0]    nh_wel = DIR == 0 ? '0 : '1;
+	// the staged next hop copied beside the copy every cycle (the core's staging registers
+	// would otherwise drive all 32 entries of both directions across the die); the staging
+	// registers are written by earlier register writes than NH_COMMIT's, so the copy holds
+	// their value long before nh_wel
+	logic [2:0]  nl_ctl = 3'(DIR);
+	logic [31:0] nl_addr = 32'(DIR), nl_mask = 32'(DIR);
+	logic [47:0] nl_dmac = 48'(DIR), nl_smac = 48'(DIR);
+	always_ff @(posedge clk) begin
+		nl_ctl <= n_ctl;
+		nl_addr <= n_addr;
+		nl_mask <= n_mask;
+		nl_dmac <= n_dmac;
+		nl_smac <= n_smac;
+	end
 	always_ff @(posedge clk) begin
 		nh_we1 <= nh_we;
 		nh_wel <= nh_we1;
@@ -618,13 +632,13 @@ module nx_dir #(
 		for (int i = 0; i < NH; i++)
 			if (nh_wel[i]) begin
 				if (!rst)
-					nh_valid[i] <= n_ctl[0];
-				nh_inside[i] <= n_ctl[1];
-				nh_punt[i] <= n_ctl[2];
-				nh_addr[32*i +: 32] <= n_addr;
-				nh_mask[32*i +: 32] <= n_mask;
-				nh_dmac[48*i +: 48] <= n_dmac;
-				nh_smac[48*i +: 48] <= n_smac;
+					nh_valid[i] <= nl_ctl[0];
+				nh_inside[i] <= nl_ctl[1];
+				nh_punt[i] <= nl_ctl[2];
+				nh_addr[32*i +: 32] <= nl_addr;
+				nh_mask[32*i +: 32] <= nl_mask;
+				nh_dmac[48*i +: 48] <= nl_dmac;
+				nh_smac[48*i +: 48] <= nl_smac;
 			end
 	end
 
