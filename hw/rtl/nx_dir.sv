@@ -154,7 +154,8 @@ module nx_dir #(
 	logic [15:0] p0_len;
 
 	// s_tready is a register computed from the counts alone, a cycle old: high only when
-	// the FIFO held at most DDEPTH - 3 words (one more may be in the input register) and at
+	// the FIFO held at most DDEPTH - 4 words (two more may be in the input register and the
+	// FIFO's write register) and at
 	// most MDEPTH - 3 frames were counted in flight (the count takes a frame's end from the
 	// input register and a frame's departure a cycle late, both from registers: one frame
 	// may be missing from it), so the beat (or the frame's end) it accepts always fits; it
@@ -200,7 +201,7 @@ module nx_dir #(
 			end
 			e_end_r <= e_end;
 			inflight <= inflight + (MLOG2+2)'(i_valid && i_last) - (MLOG2+2)'(e_end_r);
-			in_ready <= (dlevel < DDEPTH[DLOG2:0] - (DLOG2+1)'(2)) && (inflight < MDEPTH[MLOG2+1:0] - (MLOG2+2)'(2));
+			in_ready <= (dlevel < DDEPTH[DLOG2:0] - (DLOG2+1)'(3)) && (inflight < MDEPTH[MLOG2+1:0] - (MLOG2+2)'(2));
 		end
 		i_data <= s_tdata;
 		i_keep <= s_tkeep;
@@ -229,11 +230,19 @@ module nx_dir #(
 				hpair_en[m] <= i_data[48 +: 4] > 4'(m);
 	end
 
-	// data FIFO: {tlast, tkeep, tdata}
+	// data FIFO: {tlast, tkeep, tdata}, written from a register of its own a cycle after the
+	// input register (the block RAMs sit where the die has them, the input register beside
+	// the header capture)
 	logic d_valid, d_pop;
 	logic [72:0] d_out;
+	logic j_valid = 1'b1;
+	logic [72:0] j_beat;
+	always_ff @(posedge clk) begin
+		j_valid <= i_valid && !rst;
+		j_beat <= {i_last, i_keep, i_data};
+	end
 	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
-		.clk, .rst, .push(i_valid), .din({i_last, i_keep, i_data}),
+		.clk, .rst, .push(j_valid), .din(j_beat),
 		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
 	);
 
@@ -1156,8 +1165,10 @@ module nx_dir #(
 	assign e_q = m_out;
 	assign e_fire = cur_valid && d_valid && x_rdy;
 	assign e_end = e_fire && d_out[72];
-	assign d_pop = e_fire;
-	assign meta_pop = e_end;
+	// each FIFO's pop without its own valid (a FIFO ignores a pop while it holds nothing),
+	// so each of its columns decides from the other side's registers and its own
+	assign d_pop = cur_valid && x_rdy;
+	assign meta_pop = d_valid && x_rdy && d_out[72];
 	assign {e_cpu, e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = e_q;
 
 	always_ff @(posedge clk) begin

@@ -5,7 +5,8 @@
 // skid register behind it: the block RAM's clock-to-out ends at a register, never in
 // logic, and its read is decided from registers alone (a read whenever the three hold at
 // most two words), so pop reaches only the output and skid registers' enables. One push
-// and one pop per cycle. level counts the words held (storage and the three registers);
+// and one pop per cycle; a pop while valid is low is ignored (the caller need not AND it
+// with valid, so each column's enables see the caller's registers and their own). level counts the words held (storage and the three registers);
 // the caller keeps it at most DEPTH. SPLIT > 1 cuts the storage and the output registers
 // into that many column slices, each with its own copy of the pointers and of the output
 // control (beside it; the copies' different initial values, never used, keep synthesis
@@ -90,9 +91,15 @@ module nx_fifo #(
 		assign validk[k] = vd;
 	end
 
-	// mcount after this cycle, both ways of the read computed beside each other
+	// mcount after this cycle, both ways of the read computed beside each other. It counts
+	// a push a cycle late (push_q, a register beside the count: the push comes from the
+	// writer's side of the die), so a word is read two cycles after its write at the
+	// earliest; the words in flight are never more than mcount says
+	logic push_q = 1'b1;
+	always_ff @(posedge clk)
+		push_q <= push && !rst;
 	logic [LOG2:0] mc_nl, mc_l;
-	assign mc_nl = mcount + (LOG2+1)'(push);
+	assign mc_nl = mcount + (LOG2+1)'(push_q);
 	assign mc_l = mc_nl - 1'b1;
 	always_ff @(posedge clk) begin
 		if (rst) begin
