@@ -608,12 +608,25 @@ module nx_dir #(
 
 
 	// ---------------- the next hops: this direction's own copy ----------------
+	localparam int RW = 3 + 48 + 48; // {found, punt, inside, dmac, smac}
+	// the index of the lowest set bit (0 when none)
+	function automatic logic [$clog2(NH)-1:0] nh_enc(input logic [NH-1:0] m);
+		nh_enc = '0;
+		for (int i = NH - 1; i >= 0; i--)
+			if (m[i])
+				nh_enc = ($clog2(NH))'(i);
+	endfunction
 	// Written from the core's staged next hop, DIR + 1 cycles after the commit's enable (the
 	// two copies' different enables also keep synthesis from merging them into one): each
 	// copy sits beside the lookup that reads it.
-	logic [NH-1:0]    nh_valid, nh_inside, nh_punt;
+	logic [NH-1:0]    nh_valid;
 	logic [NH*32-1:0] nh_addr, nh_mask;
-	logic [NH*48-1:0] nh_dmac, nh_smac;
+	// the fields a matching entry gives ({to the CPU, egress inside, dmac, smac}) are read
+	// by the first match's index, so they sit in a small memory (distributed RAM: one
+	// LUT's delay from the index to the fields), written with the entry
+	logic [RW-2:0]    nh_f [0:NH-1];
+	logic [$clog2(NH)-1:0] nh_wa;
+	logic             nh_wv;
 	// nh_we through two registers in both directions (a register beside the core's decode,
 	// one beside the copy); the directions' different initial values (never used: reset
 	// clears nh_we first) keep synthesis from merging the two directions' registers
@@ -636,18 +649,18 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		nh_we1 <= nh_we;
 		nh_wel <= nh_we1;
+		nh_wa <= nh_enc(nh_we1);
+		nh_wv <= nh_we1 != '0;
+		if (nh_wv)
+			nh_f[nh_wa] <= {nl_ctl[2], nl_ctl[1], nl_dmac, nl_smac};
 		if (rst)
 			nh_valid <= '0;
 		for (int i = 0; i < NH; i++)
 			if (nh_wel[i]) begin
 				if (!rst)
 					nh_valid[i] <= nl_ctl[0];
-				nh_inside[i] <= nl_ctl[1];
-				nh_punt[i] <= nl_ctl[2];
 				nh_addr[32*i +: 32] <= nl_addr;
 				nh_mask[32*i +: 32] <= nl_mask;
-				nh_dmac[48*i +: 48] <= nl_dmac;
-				nh_smac[48*i +: 48] <= nl_smac;
 			end
 	end
 
@@ -680,40 +693,9 @@ module nx_dir #(
 
 	// the lowest-numbered match, one-hot: none below it in its group of four, none in a
 	// lower group (NH a multiple of 4)
-	localparam int NG = NH / 4;
-	function automatic logic [NH-1:0] nh_first(input logic [NH-1:0] m);
-		logic [NG-1:0] g;
-		for (int k = 0; k < NG; k++)
-			g[k] = m[4*k +: 4] != 4'd0;
-		for (int i = 0; i < NH; i++) begin
-			logic lower;
-			lower = 1'b0;
-			for (int j = 4 * (i / 4); j < i; j++)
-				lower = lower | m[j];
-			for (int k = 0; k < i / 4; k++)
-				lower = lower | g[k];
-			nh_first[i] = m[i] && !lower;
-		end
-	endfunction
 
 	// the selected entry's fields in two steps: each group of four's OR of its selected
 	// entry (one register per group), then the groups' OR
-	localparam int RW = 3 + 48 + 48; // {found, punt, inside, dmac, smac}
-	function automatic logic [NG*RW-1:0] nh_gpick(input logic [NH-1:0] sel, input logic [NH-1:0] pu,
-						      input logic [NH-1:0] ins, input logic [NH*48-1:0] dm,
-						      input logic [NH*48-1:0] sm);
-		nh_gpick = '0;
-		for (int i = 0; i < NH; i++)
-			if (sel[i])
-				nh_gpick[RW*(i/4) +: RW] = nh_gpick[RW*(i/4) +: RW] |
-					{1'b1, pu[i], ins[i], dm[48*i +: 48], sm[48*i +: 48]};
-	endfunction
-
-	function automatic logic [RW-1:0] nh_gor(input logic [NG*RW-1:0] gp);
-		nh_gor = '0;
-		for (int k = 0; k < NG; k++)
-			nh_gor = nh_gor | gp[RW*k +: RW];
-	endfunction
 
 	localparam int EB = $clog2(ENTRIES);
 	logic [15:0] v_stage; // v_stage[k]: register stage k holds a packet (3: S3, 4: S4, 5: S4b, 6: S5, ... 12: the result)
@@ -824,7 +806,8 @@ module nx_dir #(
 	logic [BLOG2-1:0] s4b_bucket;
 	logic [WAYS-1:0] s4b_hv;          // the ways that match (none: a miss)
 	logic [47:0] s4b_x [0:WAYS-1];
-	logic [NH-1:0] n4b_sel;
+	logic [$clog2(NH)-1:0] n4b_idx;   // the outbound next hop: the first match's index
+	logic n4b_any;
 
 	always_ff @(posedge clk) begin
 		{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
@@ -843,7 +826,8 @@ module nx_dir #(
 		s4b_hv <= s4_hv;
 		for (int w = 0; w < WAYS; w++)
 			s4b_x[w] <= s4_x[w];
-		n4b_sel <= DIR == 0 ? nh_first(n4_m) : '0;
+		n4b_idx <= DIR == 0 ? nh_enc(n4_m) : '0;
+		n4b_any <= DIR == 0 && n4_m != '0;
 	end
 
 	// ---------------- S4b: the hit way (the lowest-numbered) and its fields selected; the outbound next hop's fields ----------------
@@ -867,7 +851,7 @@ module nx_dir #(
 	logic [6:0] s5_poff, s5_coff;
 	logic s5_hit;
 	logic [EB-1:0] s5_eidx;
-	logic [NG*RW-1:0] g5;
+	logic [RW-1:0] g5;
 
 	always_ff @(posedge clk) begin
 		{s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc} <=
@@ -886,7 +870,7 @@ module nx_dir #(
 		s5_xaddr <= c_x[31:0];
 		s5_xport <= c_x[47:32];
 		s5_eidx <= EB'(s4b_bucket) * EB'(WAYS) + EB'(c_way);
-		g5 <= DIR == 0 ? nh_gpick(n4b_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		g5 <= DIR == 0 ? {n4b_any, nh_f[n4b_idx]} : '0;
 	end
 
 	// ---------------- S5: the reason's checks before the outbound route (x_pre) and those
@@ -932,7 +916,7 @@ module nx_dir #(
 		s6_pre <= x_pre;
 		s6_post <= x_post;
 		s6_mtu <= s5_tot > mtu;
-		r6 <= DIR == 0 ? nh_gor(g5) : '0;
+		r6 <= g5;
 		s6_icmp <= s5_penc == nx_core_pkg::P_ICMP;
 		s6_dlo <= x_dlo;
 		s6_dhi <= x_dhi;
@@ -979,24 +963,26 @@ module nx_dir #(
 	// S7: the sums with the old checksums; the inbound next hop's first match
 	logic [31:0] s8_tip, s8_dsum, s8_dttl;
 	logic [15:0] s8_l4c;
-	logic [NH-1:0] n8_sel;
+	logic [$clog2(NH)-1:0] n8_idx;
+	logic n8_any;
 	always_ff @(posedge clk) begin
 		s8_tip <= {16'd0, ~s7_ipc} + s7_dip;
 		s8_dsum <= s7_icmp ? s7_dport : s7_dpp + s7_dhi;
 		s8_dttl <= s7_dttl;
 		s8_l4c <= s7_l4c;
-		n8_sel <= DIR == 1 ? nh_first(n7_m) : '0;
+		n8_idx <= DIR == 1 ? nh_enc(n7_m) : '0;
+		n8_any <= DIR == 1 && n7_m != '0;
 	end
 
 	// S8: the first folds; the inbound next hop's fields in each group
 	logic [15:0] s9_ipc1;
 	logic [31:0] s9_tl4, s9_dttl;
-	logic [NG*RW-1:0] g9;
+	logic [RW-1:0] g9;
 	always_ff @(posedge clk) begin
 		s9_ipc1 <= nx_csum_pkg::nx_csum_fold(s8_tip);
 		s9_tl4 <= {16'd0, ~s8_l4c} + s8_dsum;
 		s9_dttl <= s8_dttl;
-		g9 <= DIR == 1 ? nh_gpick(n8_sel, nh_punt, nh_inside, nh_dmac, nh_smac) : '0;
+		g9 <= DIR == 1 ? {n8_any, nh_f[n8_idx]} : '0;
 	end
 
 	// S9: the TTL word's sum; the transport checksum's fold; the inbound next hop's fields
@@ -1007,7 +993,7 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		s10_tip2 <= {16'd0, ~s9_ipc1} + s9_dttl;
 		s10_l4r <= nx_csum_pkg::nx_csum_fold(s9_tl4);
-		r10_in <= DIR == 1 ? nh_gor(g9) : '0;
+		r10_in <= g9;
 	end
 
 	// S10: the reason (the checks before the outbound route, the outbound route, those
