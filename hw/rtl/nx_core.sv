@@ -184,11 +184,12 @@ module nx_core #(
 		end else begin
 			if (s_axil_bvalid && s_axil_bready)
 				s_axil_bvalid <= 1'b0;
-			// an E_READ's answer waits for its entry in RB_*: the read back waits in the
-			// direction for a lookup slot without a header, then is in tr_data (tr_done),
-			// in trq a cycle later and in rb the cycle after, when a read accepted with
-			// the answer or later takes it
-			if (tr_en != 2'b00)
+			// an E_READ's answer waits for its entry in RB_*, an E_COMMIT's for its
+			// write: each waits in its direction for a lookup slot without a header;
+			// tr_done: the entry is in tr_data (in trq a cycle later and in rb the cycle
+			// after, when a read accepted with the answer or later takes it), or the
+			// commit's word is written
+			if (tr_en != 2'b00 || tw_en != 2'b00)
 				rb_wait <= 1'b1;
 			else if (tr_done != 2'b00)
 				rb_wait <= 1'b0;

@@ -89,7 +89,7 @@ module nx_dir #(
 	input  logic [BLOG2-1:0]       tr_bucket,
 	input  logic [3:0]             tr_way,
 	output logic [nx_core_pkg::EW-1:0] tr_data,  // the way read back
-	output logic                   tr_done,    // tr_data holds the read back (one cycle)
+	output logic                   tr_done,    // a cycle: tr_data holds the read back, or the commit is written
 
 	input  logic [NH-1:0]    nh_we,      // commit the staged next hop into entry i (one-hot)
 	input  logic [31:0]      n_addr,     // the staged next hop
@@ -488,48 +488,56 @@ module nx_dir #(
 		s1_proto8 <= q_proto;
 		s1_poff <= b_poff;
 		s1_coff <= b_coff;
-		// an idle slot (no header in SB) carries a waiting read back to the table instead
+		// an idle slot (no header in SB) carries a waiting read back (or commit) to the
+		// table instead
 		s1_bucket <= rb_go ? pb_addr : q_hash[BLOG2-1:0];
-		s1_rb <= rb_go;
+		s1_rb <= rb_go && !pb_wr;
 		s1_sum <= q_sum;
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
 	// Port A reads the bucket S1 addresses: a lookup's, or in a slot without a header a
 	// read back's (the control plane's E_READ), whose addressed way goes from the ways'
-	// registers (rq, S3) into tr_data; port B only writes (a commit). One read port and one write
-	// port make each way's memory a simple dual-port block RAM; a second read port would
-	// make synthesis copy every way's memory. Port B's request into this direction's registers first
-	// (enabled by this direction's request, so the two directions' copies stay two): the
-	// memories' write data, address and enables come from registers beside them.
+	// registers (rq, S3) into tr_data. Port B only writes (a commit, E_COMMIT), in such a
+	// slot too: the write never meets a lookup's read of the same word, so nothing depends
+	// on what a block RAM returns then (no_rw_check: synthesis adds no logic for it, and
+	// each block RAM's read data goes straight into rq). One read port and one write port
+	// make each way's memory a simple dual-port block RAM (a second read port would make
+	// synthesis copy every way's memory). The control plane's request goes into this
+	// direction's registers first (enabled by this direction's request, so the two
+	// directions' copies stay two): the memories' write data, address and enables come
+	// from registers beside them.
 	logic [EW-1:0] rd [0:WAYS-1];
 	logic [EW-1:0] rq [0:WAYS-1];   // the ways one cycle on (S3; on ECP5 the block RAMs' output registers)
-	logic [WAYS-1:0] pb_we, pb_we1;
+	logic [WAYS-1:0] pb_we;
 	logic [EW-1:0] pb_data;
-	logic [3:0] pb_way;             // the way a read back reads (none above WAYS - 1: 0)
-	// A read back waits (rb_pend) for a cycle in which SB holds no header: rb_go, set the
-	// cycle before from SA's valid, puts its bucket into S1 in that slot. Frames of two
-	// beats or more leave such a slot at least every other cycle; only single-beat frames
-	// back to back hold it off, for as long as they last (the write's answer waits, the
-	// frames do not).
+	logic [3:0] pb_way;             // the way a commit writes or a read back reads (none above WAYS - 1)
+	logic pb_wr;                    // the request is a commit
+	// A request waits (rb_pend) for a cycle in which SB holds no header: rb_go, set the
+	// cycle before from SA's valid, marks that slot: S1 holds no lookup in the cycle after,
+	// when a read back's bucket is read (S1 carries it) or a commit's word written
+	// (pb_we). Frames of two beats or more leave such a slot at least every other cycle;
+	// only single-beat frames back to back hold a request off, for as long as they last
+	// (the register write's answer waits, the frames do not). tr_done: the read back is
+	// in tr_data, or the commit's word written.
 	always_ff @(posedge clk) begin
 		for (int w = 0; w < WAYS; w++)
-			pb_we1[w] <= tw_en && tw_way == 4'(w);
-		pb_we <= pb_we1;
-		if (tw_en || tr_en)
+			pb_we[w] <= rb_go && pb_wr && pb_way == 4'(w);
+		if (tw_en || tr_en) begin
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
-		if (tr_en)
-			pb_way <= tr_way;
+			pb_way <= tw_en ? tw_way : tr_way;
+			pb_wr <= tw_en;
+		end
 		if (tw_en)
 			pb_data <= tw_data;
-		rb_go <= (rb_pend || tr_en) && !rb_go && !a_valid;
-		if (tr_en)
+		rb_go <= (rb_pend || tr_en || tw_en) && !rb_go && !a_valid;
+		if (tr_en || tw_en)
 			rb_pend <= 1'b1;
 		else if (rb_go)
 			rb_pend <= 1'b0;
 		s2_rb <= s1_rb;
 		s3_rb <= s2_rb;
-		tr_done <= s3_rb;
+		tr_done <= s3_rb || pb_we != '0;
 		if (s3_rb) begin
 			tr_data <= '0;
 			for (int w = 0; w < WAYS; w++)
@@ -537,6 +545,7 @@ module nx_dir #(
 					tr_data <= rq[w];
 		end
 		if (rst) begin
+			pb_we <= '0;
 			rb_pend <= 1'b0;
 			rb_go <= 1'b0;
 			s1_rb <= 1'b0;
@@ -548,7 +557,7 @@ module nx_dir #(
 	genvar gw;
 	generate
 		for (gw = 0; gw < WAYS; gw++) begin : g_way
-			logic [EW-1:0] mem [0:BUCKETS-1];
+			(* no_rw_check *) logic [EW-1:0] mem [0:BUCKETS-1];
 			initial begin
 				for (int i = 0; i < BUCKETS; i++)
 					mem[i] = '0;
