@@ -19,14 +19,13 @@
 //             checksum folded; the outbound next hop's prefix compares (4-bit pieces)
 //   S3        the ways compared with the key in 7-bit pieces, each into a register; the
 //             outbound next hops that match (all pieces, valid)
-//   S4        the ways that match (all pieces); the first matching next hop (one-hot)
+//   S4        the ways that match (all pieces); the first matching next hop's index
 //   S4b       the hit way (the lowest-numbered) and its fields selected; the outbound next
-//             hop's fields, each group of four's
+//             hop's fields (the next hops' distributed RAM read by the index)
 //   S5        the reason's checks before and after the outbound route (two codes); the
-//             outbound next hop's fields (the groups' OR); the inbound next hop's prefix
-//             compares; the checksum differences
-//   S6..S10   the inbound next hop's matches (S6), first match (S7) and fields (S8 each
-//             group's, S9 their OR); the reason (S10: the two codes, the routes, the
+//             inbound next hop's prefix compares; the checksum differences
+//   S6..S10   the inbound next hop's matches (S6), first match's index (S7) and fields
+//             (S8, read by it); the reason (S10: the two codes, the routes, the
 //             MTU); the checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite
 //             then nx_redirect, one adder or fold per stage) in S6 to S10
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
