@@ -397,7 +397,7 @@ module nx_core #(
 	assign c_tready[1] = a_ready && sel == 1'b1;
 
 	logic [80:0] cpu_q;
-	nx_slice #(.W(81)) u_cpu (
+	nx_slice #(.W(81), .SPLIT(2)) u_cpu (
 		.clk, .rst, .s_valid(a_valid),
 		.s_data({sel, 2'b00, c_reason[sel], c_tlast[sel], c_tkeep[sel], c_tdata[sel]}),
 		.s_ready(a_ready), .m_valid(m_cpu_tvalid), .m_data(cpu_q), .m_ready(m_cpu_tready)

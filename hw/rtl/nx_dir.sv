@@ -1233,7 +1233,7 @@ module nx_dir #(
 	logic [63:0] g_cval;
 	logic [7:0] g_chit;
 	logic [31:0] g_vsel, g_vals;
-	nx_slice #(.W(GW)) u_gslice (
+	nx_slice #(.W(GW), .SPLIT(4)) u_gslice (
 		.clk, .rst, .s_valid(cur_valid && d_valid),
 		.s_data({e_cpu, e_reason, d_out, e_cval, e_chit, e_vsel, e_port, e_l4c}),
 		.s_ready(x_rdy), .m_valid(g_valid), .m_data(g_q), .m_ready(g_rdy)
@@ -1258,7 +1258,7 @@ module nx_dir #(
 	logic [72:0] x_d;
 	logic [63:0] x_pval, x_pdata;
 	logic [7:0] x_phit;
-	nx_slice #(.W(XW)) u_xslice (
+	nx_slice #(.W(XW), .SPLIT(4)) u_xslice (
 		.clk, .rst, .s_valid(g_valid), .s_data({g_cpu, g_rsn, g_d, e_pval, e_phit}),
 		.s_ready(g_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
 	);
@@ -1268,7 +1268,7 @@ module nx_dir #(
 			x_pdata[8*j +: 8] = x_phit[j] ? x_pval[8*j +: 8] : x_d[8*j +: 8];
 
 	logic [72:0] m_q;
-	nx_slice #(.W(73)) u_mslice (
+	nx_slice #(.W(73), .SPLIT(2)) u_mslice (
 		.clk, .rst, .s_valid(x_valid && !x_cpu), .s_data({x_d[72:64], x_pdata}),
 		.s_ready(m_rdy), .m_valid(m_tvalid), .m_data(m_q), .m_ready(m_tready)
 	);
@@ -1277,7 +1277,7 @@ module nx_dir #(
 	assign m_tlast = m_q[72];
 
 	logic [77:0] c_q;
-	nx_slice #(.W(78)) u_cslice (
+	nx_slice #(.W(78), .SPLIT(2)) u_cslice (
 		.clk, .rst, .s_valid(x_valid && x_cpu), .s_data({x_rsn, x_d}),
 		.s_ready(c_rdy), .m_valid(c_tvalid), .m_data(c_q), .m_ready(c_tready)
 	);

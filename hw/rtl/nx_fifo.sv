@@ -115,9 +115,14 @@ module nx_fifo #(
 endmodule
 
 // nx_slice: AXI4-Stream register slice (skid buffer). s_ready is a register (no path from
-// m_ready to s_ready); full throughput; m_valid/m_data hold until taken.
+// m_ready to s_ready); full throughput; m_valid/m_data hold until taken. SPLIT > 1 cuts the
+// data into that many column slices, each with its own copy of the control (m_valid,
+// sk_v: the same inputs, so the copies always agree; their different initial values,
+// never used, keep synthesis from merging them), so no enable or select fans out over
+// the whole width; s_ready and m_valid are column 0's.
 module nx_slice #(
-	parameter int W = 8
+	parameter int W = 8,
+	parameter int SPLIT = 1
 ) (
 	input  logic         clk,
 	input  logic         rst,
@@ -128,29 +133,40 @@ module nx_slice #(
 	output logic [W-1:0] m_data,
 	input  logic         m_ready
 );
-	logic sk_v;
-	logic [W-1:0] sk_d;
-	assign s_ready = !sk_v;
-
-	always_ff @(posedge clk) begin
-		if (rst) begin
-			m_valid <= 1'b0;
-			sk_v <= 1'b0;
-		end else if (!m_valid || m_ready) begin
-			// the output register is free this cycle
-			if (sk_v) begin
-				m_valid <= 1'b1;
+	localparam int SW = (W + SPLIT - 1) / SPLIT;
+	logic [SW*SPLIT-1:0] sdp, mdp;
+	logic [SPLIT-1:0] rdyk, mvk;
+	assign sdp = (SW*SPLIT)'(s_data);
+	assign m_data = mdp[W-1:0];
+	assign s_ready = rdyk[0];
+	assign m_valid = mvk[0];
+	for (genvar k = 0; k < SPLIT; k++) begin : g_col
+		logic mv = 1'(k % 2);
+		logic sk_v = 1'(k / 2 % 2);
+		logic [SW-1:0] sk_d, md;
+		assign rdyk[k] = !sk_v;
+		assign mvk[k] = mv;
+		assign mdp[SW*k +: SW] = md;
+		always_ff @(posedge clk) begin
+			if (rst) begin
+				mv <= 1'b0;
 				sk_v <= 1'b0;
-			end else begin
-				m_valid <= s_valid;
+			end else if (!mv || m_ready) begin
+				// the output register is free this cycle
+				if (sk_v) begin
+					mv <= 1'b1;
+					sk_v <= 1'b0;
+				end else begin
+					mv <= s_valid;
+				end
+			end else if (s_valid && !sk_v) begin
+				sk_v <= 1'b1;
 			end
-		end else if (s_valid && !sk_v) begin
-			sk_v <= 1'b1;
+			if (!mv || m_ready)
+				md <= sk_v ? sk_d : sdp[SW*k +: SW];
+			if (s_valid && !sk_v && mv && !m_ready)
+				sk_d <= sdp[SW*k +: SW];
 		end
-		if (!m_valid || m_ready)
-			m_data <= sk_v ? sk_d : s_data;
-		if (s_valid && !sk_v && m_valid && !m_ready)
-			sk_d <= s_data;
 	end
 endmodule
 
