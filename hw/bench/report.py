@@ -192,7 +192,7 @@ def main():
         L.append("| %s | %d | %d | %d | %d | %d | %.0f |" % (s, v["n"], v["min"], v["median"], v["p99"], v["max"], v["median"] / CLK * 1e9))
     L += ["", "### Size and Fmax", "",
           "Yosys, the whole core (both directions, 16 next hops, 16 KiB data FIFO per direction), "
-          "before place and route (ECP5 and iCE40 flattened; UltraScale+ the design hierarchy's totals; "
+          "before place and route (ECP5: Yosys' count, before absorb.py moves the registers after a block RAM's read data into its output register; ECP5 and iCE40 flattened; UltraScale+ the design hierarchy's totals; "
           "its LUT column leaves out the SRL16E shift registers, which also sit in LUTs); entries are per direction (4 ways × 2^BLOG2 buckets). "
           "Fmax: nextpnr-ecp5 on an ECP5-85 (LFE5U-85F) speed grade 6, out of context (no IO buffers, "
           "no global clock network: the AXI signals are not pins), one seed. A missing cell was not run "
@@ -209,6 +209,12 @@ def main():
             u = util(d, b) if fam == "ecp5" else None
             if s and u:
                 s = s[:3] + (s[3] + u,)
+            ab = os.path.join(d, "absorb_%d.txt" % b)
+            if s and fam == "ecp5" and os.path.exists(ab):  # synth.sh: absorb.py after Yosys
+                m = re.search(r"(\d+) flip-flops moved into (\d+) block RAM", open(ab).read())
+                if m:
+                    s = s[:3] + (s[3] + "; %s of the FF are block RAM output registers in nextpnr's netlist "
+                                 "(absorb.py, %s read ports)" % m.groups(),)
             if s is None and t is None:
                 continue
             L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
