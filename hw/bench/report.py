@@ -231,6 +231,15 @@ def main():
               "%.2f Mpps per direction, %s the 14.88 Mpps of 10G line rate." % (
                   "met" if v >= 156.25 else "NOT met", v, f8.split(" ", 1)[1].strip("()"), 100 * v / 156.25,
                   v, 8e3 / v, v / 8, "above" if v / 8 >= 14.88 else "below")]
+    pth = os.path.join(d, "paths_8.txt")  # pnr.sh: paths.py over the placed netlist
+    if os.path.exists(pth):
+        txt = open(pth).read().splitlines()
+        first = txt[0] if txt else ""
+        tops = [l.strip() for l in txt if re.match(r"^\d+\.\d+ ns -> ", l)][:3]
+        if first.startswith("estimate:"):
+            L += ["", "Where the time goes at 1k entries (`hw/bench/paths.py` over nextpnr's placed netlist: its placement "
+                  "delay formula and Project Trellis' speed-6 cell delays; a rough estimate, not nextpnr's report): %s. "
+                  "Longest endpoints: %s." % (first[len("estimate: "):], "; ".join("`%s`" % t for t in tops))]
     L += ["", "Beside the source document's Table 1 (Zynq UltraScale+ ZCU102, Vivado, table size 1024, "
           "whole design with the 10/25G Ethernet subsystem): 33,373 LUT, 47,067 FF, 142 BRAM, of which "
           "the NAT's delta over the Ethernet example is 14,464 LUT, 13,252 FF, 2.5 BRAM; at the "
