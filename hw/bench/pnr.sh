@@ -17,6 +17,6 @@ rc=$?
 echo "$(($(date +%s) - t0))" >"$out/time_pnr_$blog2.txt"
 # nextpnr names no path without routing: paths.py's rough estimate over its netlist
 if [[ -s $out/placed_ecp5_$blog2.json ]]; then
-	python3 "$(dirname "$0")/paths.py" "$out/placed_ecp5_$blog2.json" 10 >"$out/paths_$blog2.txt" 2>&1
+	python3 "$(dirname "$0")/paths.py" "$out/placed_ecp5_$blog2.json" 40 >"$out/paths_$blog2.txt" 2>&1
 fi
 exit $rc

@@ -235,11 +235,20 @@ def main():
     if os.path.exists(pth):
         txt = open(pth).read().splitlines()
         first = txt[0] if txt else ""
-        tops = [l.strip() for l in txt if re.match(r"^\d+\.\d+ ns -> ", l)][:3]
+        base = lambda n: re.split(r"_TRELLIS_|_LUT4|_CCU2C|_PFUMX|\$", n)[0]
+        tops, seen = [], set()
+        for i, l in enumerate(txt):
+            m = re.match(r"^(\d+\.\d+) ns -> (\S+?)\.(\w+) at ", l)
+            if not m or i + 1 >= len(txt) or (base(m.group(2)), m.group(3)) in seen:
+                continue
+            seen.add((base(m.group(2)), m.group(3)))
+            st = txt[i + 1].split()
+            tops.append("%s ns from `%s` to `%s` (%s)" % (m.group(1), base(st[1]) if len(st) > 1 else "?",
+                                                            base(m.group(2)), m.group(3)))
         if first.startswith("estimate:"):
             L += ["", "Where the time goes at 1k entries (`hw/bench/paths.py` over nextpnr's placed netlist: its placement "
                   "delay formula and Project Trellis' speed-6 cell delays; a rough estimate, not nextpnr's report): %s. "
-                  "Longest endpoints: %s." % (first[len("estimate: "):], "; ".join("`%s`" % t for t in tops))]
+                  "Longest paths: %s." % (first[len("estimate: "):], "; ".join(tops[:4]))]
     L += ["", "Beside the source document's Table 1 (Zynq UltraScale+ ZCU102, Vivado, table size 1024, "
           "whole design with the 10/25G Ethernet subsystem): 33,373 LUT, 47,067 FF, 142 BRAM, of which "
           "the NAT's delta over the Ethernet example is 14,464 LUT, 13,252 FF, 2.5 BRAM; at the "
