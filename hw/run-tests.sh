@@ -65,7 +65,7 @@ csum_icarus() {
 }
 
 # the NAT core: every XDP packet vector replayed through it byte for byte, its own cases,
-# Icarus and Yosys reading it (hw/tb/run.sh)
+# Icarus and Yosys reading it, bench-hw's absorb.py on a small netlist (hw/tb/run.sh)
 core() {
 	"$hw/tb/run.sh"
 }

@@ -61,5 +61,13 @@ else
 	fail=$((fail + 1))
 fi
 echo "rtl        Icarus and Yosys accept the core (2 checks)"
+# bench-hw's netlist step: absorb.py moves only the registers it may into block RAMs
+if command -v yosys >/dev/null 2>&1 && msg=$(sh "$HW/bench/absorb_test.sh" "$B/absorb"); then
+	pass=$((pass + 1))
+	echo "bench      $msg"
+else
+	echo "FAIL bench: ${msg:-absorb_test.sh did not run (no yosys)}"
+	fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
