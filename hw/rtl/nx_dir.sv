@@ -512,6 +512,7 @@ module nx_dir #(
 	logic [EW-1:0] pb_data;
 	logic [3:0] pb_way;             // the way a commit writes or a read back reads (none above WAYS - 1)
 	logic pb_wr;                    // the request is a commit
+	logic pb_wdone;                 // the commit's slot (its word written, if its way exists)
 	// A request waits (rb_pend) for a cycle in which SB holds no header: rb_go, set the
 	// cycle before from SA's valid, marks that slot: S1 holds no lookup in the cycle after,
 	// when a read back's bucket is read (S1 carries it) or a commit's word written
@@ -522,6 +523,7 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		for (int w = 0; w < WAYS; w++)
 			pb_we[w] <= rb_go && pb_wr && pb_way == 4'(w);
+		pb_wdone <= rb_go && pb_wr;   // whatever the way (none above WAYS - 1 is written)
 		if (tw_en || tr_en) begin
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
 			pb_way <= tw_en ? tw_way : tr_way;
@@ -536,7 +538,7 @@ module nx_dir #(
 			rb_pend <= 1'b0;
 		s2_rb <= s1_rb;
 		s3_rb <= s2_rb;
-		tr_done <= s3_rb || pb_we != '0;
+		tr_done <= s3_rb || pb_wdone;
 		if (s3_rb) begin
 			tr_data <= '0;
 			for (int w = 0; w < WAYS; w++)
@@ -545,6 +547,7 @@ module nx_dir #(
 		end
 		if (rst) begin
 			pb_we <= '0;
+			pb_wdone <= 1'b0;
 			rb_pend <= 1'b0;
 			rb_go <= 1'b0;
 			s1_rb <= 1'b0;

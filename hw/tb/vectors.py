@@ -567,6 +567,14 @@ def read_back_during_traffic(rnd):
             c.r(a)
         c.rbexp.append(((d, b, way), [kaddr, kport, raddr, rport, xaddr, xport,
                                       1 | int(rbound) << 1 | penc << 2]))
+    # a way above the last: the commit writes nothing and is answered, the read back reads 0
+    # (the entries all read back unchanged at the end, finish())
+    for d in (0, 1):
+        write_entry(c, d, 0, WAYS + 1, True, P_UDP, SUBS[0], 1, False, 0, 0, POOL, 1)
+        c.w(REG_E_READ, d << 31 | (WAYS + 1) << 24)
+        for a in range(0x64, 0x80, 4):
+            c.r(a)
+        c.rbexp.append(((d, 0, WAYS + 1), [0] * 7))
     c.lines.append("sync")
     return c, tab
 
