@@ -212,9 +212,12 @@ def main():
             ab = os.path.join(d, "absorb_%d.txt" % b)
             if s and fam == "ecp5" and os.path.exists(ab):  # synth.sh: absorb.py after Yosys
                 m = re.search(r"(\d+) flip-flops moved into (\d+) block RAM", open(ab).read())
-                if m:
+                if m and m.group(1) != "0":
                     s = s[:3] + (s[3] + "; %s of the FF are block RAM output registers in nextpnr's netlist "
                                  "(absorb.py, %s read ports)" % m.groups(),)
+                elif m:
+                    s = s[:3] + (s[3] + "; absorb.py: no block RAM read port qualifies (the read data goes "
+                                 "through logic first, e.g. the mux between block RAMs stacked in depth)",)
             if s is None and t is None:
                 continue
             L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
