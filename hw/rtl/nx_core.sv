@@ -87,8 +87,8 @@ module nx_core #(
 	logic tr_dir;
 	logic [3:0] tr_way;
 	logic [EW-1:0] tr_data [0:1];
-	logic [1:0] tr_done;
-	logic rb_wait;      // a read back is on its way into RB_* (the write's answer waits)
+	logic [1:0] pb_done;
+	logic pb_wait;      // a commit or read back is under way in a direction (its answer waits)
 	logic b_hold;       // a write's answer held until then
 	logic [EW-1:0] rb;
 	logic [3:0] tw_way;
@@ -110,9 +110,10 @@ module nx_core #(
 	// into wd (three copies); in the next every register the write addresses is written
 	// with its enable straight from those registers (each direction keeps its own copy of the
 	// next hops, written from nh_we and the staged n_* two cycles later). The answer waits
-	// four more cycles, until what the write starts (a table write or read back into
-	// RB_*, an activity snapshot into ACT_DATA, the next hops) has reached the registers or
-	// memories it changes.
+	// four more cycles, until what the write starts (an activity snapshot into ACT_DATA,
+	// the next hops, the configuration's copies) has reached the registers it changes; a
+	// table commit or read back (E_COMMIT, E_READ) waits in its direction for a free
+	// lookup slot, and its answer until the direction says it is done (pb_wait, below).
 	localparam int NWA = 41;  // word addresses 0x000 .. 0x0a0
 	logic [NWA-1:0] wsel;
 	logic [NH-1:0] nh_we, nh_we0;
@@ -172,7 +173,7 @@ module nx_core #(
 		if (rst) begin
 			s_axil_bvalid <= 1'b0;
 			b_hold <= 1'b0;
-			rb_wait <= 1'b0;
+			pb_wait <= 1'b0;
 			r_enable <= 1'b0;
 			r_pool_base <= 32'd0;
 			r_pool_mask <= 32'hffffffff;
@@ -186,16 +187,16 @@ module nx_core #(
 				s_axil_bvalid <= 1'b0;
 			// an E_READ's answer waits for its entry in RB_*, an E_COMMIT's for its
 			// write: each waits in its direction for a lookup slot without a header;
-			// tr_done: the entry is in tr_data (in trq a cycle later and in rb the cycle
+			// pb_done: the entry is in tr_data (in trq a cycle later and in rb the cycle
 			// after, when a read accepted with the answer or later takes it), or the
 			// commit's word is written
 			if (tr_en != 2'b00 || tw_en != 2'b00)
-				rb_wait <= 1'b1;
-			else if (tr_done != 2'b00)
-				rb_wait <= 1'b0;
+				pb_wait <= 1'b1;
+			else if (pb_done != 2'b00)
+				pb_wait <= 1'b0;
 			if (wpend[6] || b_hold) begin
-				b_hold <= rb_wait;
-				if (!rb_wait)
+				b_hold <= pb_wait;
+				if (!pb_wait)
 					s_axil_bvalid <= 1'b1;
 			end
 			if (wsel_is(wsel, 12'h008)) r_enable <= wd[0];
@@ -358,7 +359,7 @@ module nx_core #(
 		.enable_in(r_enable), .my_mac_in(r_mac_in), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
 		.mtu_in(r_mtu_out), .seed_in(r_seed),
 		.tw_en(tw_en[0]), .tw_way, .tw_bucket, .tw_data,
-		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_way, .tr_data(tr_data[0]), .tr_done(tr_done[0]),
+		.tr_en(tr_en[0]), .tr_bucket(tw_bucket), .tr_way, .tr_data(tr_data[0]), .pb_done(pb_done[0]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[0]), .act_idx, .act_word(act_word[0]),
 		.ev_valid(ev_valid[0]), .ev_reason(ev_reason[0])
@@ -375,7 +376,7 @@ module nx_core #(
 		.enable_in(r_enable), .my_mac_in(r_mac_out), .pool_base_in(r_pool_base), .pool_mask_in(r_pool_mask),
 		.mtu_in(r_mtu_in), .seed_in(r_seed),
 		.tw_en(tw_en[1]), .tw_way, .tw_bucket, .tw_data,
-		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_way, .tr_data(tr_data[1]), .tr_done(tr_done[1]),
+		.tr_en(tr_en[1]), .tr_bucket(tw_bucket), .tr_way, .tr_data(tr_data[1]), .pb_done(pb_done[1]),
 		.nh_we, .n_addr, .n_mask, .n_dmac, .n_smac, .n_ctl,
 		.act_snap(act_snap[1]), .act_idx, .act_word(act_word[1]),
 		.ev_valid(ev_valid[1]), .ev_reason(ev_reason[1])

@@ -88,7 +88,7 @@ module nx_dir #(
 	input  logic [BLOG2-1:0]       tr_bucket,
 	input  logic [3:0]             tr_way,
 	output logic [nx_core_pkg::EW-1:0] tr_data,  // the way read back
-	output logic                   tr_done,    // a cycle: tr_data holds the read back, or the commit is written
+	output logic                   pb_done,    // a cycle: tr_data holds the read back, or the commit is written
 
 	input  logic [NH-1:0]    nh_we,      // commit the staged next hop into entry i (one-hot)
 	input  logic [31:0]      n_addr,     // the staged next hop
@@ -456,7 +456,7 @@ module nx_dir #(
 	logic [BLOG2-1:0] s1_bucket;
 	logic [31:0] s1_sum;
 	logic [BLOG2-1:0] pb_addr;      // port B's request: the bucket (the table, below)
-	logic rb_pend, rb_go, s1_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S2, S3
+	logic pb_pend, pb_go, s1_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S2, S3
 
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -489,8 +489,8 @@ module nx_dir #(
 		s1_coff <= b_coff;
 		// an idle slot (no header in SB) carries a waiting read back (or commit) to the
 		// table instead
-		s1_bucket <= rb_go ? pb_addr : q_hash[BLOG2-1:0];
-		s1_rb <= rb_go && !pb_wr;
+		s1_bucket <= pb_go ? pb_addr : q_hash[BLOG2-1:0];
+		s1_rb <= pb_go && !pb_wr;
 		s1_sum <= q_sum;
 	end
 
@@ -513,17 +513,17 @@ module nx_dir #(
 	logic [3:0] pb_way;             // the way a commit writes or a read back reads (none above WAYS - 1)
 	logic pb_wr;                    // the request is a commit
 	logic pb_wdone;                 // the commit's slot (its word written, if its way exists)
-	// A request waits (rb_pend) for a cycle in which SB holds no header: rb_go, set the
+	// A request waits (pb_pend) for a cycle in which SB holds no header: pb_go, set the
 	// cycle before from SA's valid, marks that slot: S1 holds no lookup in the cycle after,
 	// when a read back's bucket is read (S1 carries it) or a commit's word written
 	// (pb_we). Frames of two beats or more leave such a slot at least every other cycle;
 	// only single-beat frames back to back hold a request off, for as long as they last
-	// (the register write's answer waits, the frames do not). tr_done: the read back is
+	// (the register write's answer waits, the frames do not). pb_done: the read back is
 	// in tr_data, or the commit's word written.
 	always_ff @(posedge clk) begin
 		for (int w = 0; w < WAYS; w++)
-			pb_we[w] <= rb_go && pb_wr && pb_way == 4'(w);
-		pb_wdone <= rb_go && pb_wr;   // whatever the way (none above WAYS - 1 is written)
+			pb_we[w] <= pb_go && pb_wr && pb_way == 4'(w);
+		pb_wdone <= pb_go && pb_wr;   // whatever the way (none above WAYS - 1 is written)
 		if (tw_en || tr_en) begin
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
 			pb_way <= tw_en ? tw_way : tr_way;
@@ -531,14 +531,14 @@ module nx_dir #(
 		end
 		if (tw_en)
 			pb_data <= tw_data;
-		rb_go <= (rb_pend || tr_en || tw_en) && !rb_go && !a_valid;
+		pb_go <= (pb_pend || tr_en || tw_en) && !pb_go && !a_valid;
 		if (tr_en || tw_en)
-			rb_pend <= 1'b1;
-		else if (rb_go)
-			rb_pend <= 1'b0;
+			pb_pend <= 1'b1;
+		else if (pb_go)
+			pb_pend <= 1'b0;
 		s2_rb <= s1_rb;
 		s3_rb <= s2_rb;
-		tr_done <= s3_rb || pb_wdone;
+		pb_done <= s3_rb || pb_wdone;
 		if (s3_rb) begin
 			tr_data <= '0;
 			for (int w = 0; w < WAYS; w++)
@@ -548,12 +548,12 @@ module nx_dir #(
 		if (rst) begin
 			pb_we <= '0;
 			pb_wdone <= 1'b0;
-			rb_pend <= 1'b0;
-			rb_go <= 1'b0;
+			pb_pend <= 1'b0;
+			pb_go <= 1'b0;
 			s1_rb <= 1'b0;
 			s2_rb <= 1'b0;
 			s3_rb <= 1'b0;
-			tr_done <= 1'b0;
+			pb_done <= 1'b0;
 		end
 	end
 	genvar gw;

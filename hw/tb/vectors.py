@@ -107,6 +107,20 @@ class Case:
         self.checks = []     # post-run checks: ("act", dir, idx)
         self.perf = None     # (frames per direction, max cycles per frame)
         self.fail = []
+        self.rbexp = []      # read backs in order: ((dir, bucket, way), the seven RB_* words)
+
+    def read_back(self, slot, want):
+        """E_READ of slot (dir, bucket, way), then RB_KADDR .. RB_CTL, which must hold want"""
+        d, b, way = slot
+        self.w(REG_E_READ, d << 31 | way << 24 | b)
+        for a in range(0x64, 0x80, 4):
+            self.r(a)
+        self.rbexp.append((slot, want))
+
+    def read_back_table(self, tab):
+        """every entry of tab read back, each as written"""
+        for slot, (penc, kaddr, kport, rbound, raddr, rport, xaddr, xport) in sorted(tab.slots.items()):
+            self.read_back(slot, [kaddr, kport, raddr, rport, xaddr, xport, 1 | int(rbound) << 1 | penc << 2])
 
     def w(self, a, d):
         self.lines.append("w %x %x" % (a, d & M32))
@@ -559,22 +573,12 @@ def read_back_during_traffic(rnd):
             f = rnd.choice(fl)
             fr = (f.out_frame if d == 0 else f.in_frame)(rnd, 64, ident=k)
             c.frame(d, fr, ("xlate", (f.out_x if d == 0 else f.in_x)(fr)))
-    c.rbexp = []
-    for (d, b, way), e in sorted(tab.slots.items()):
-        penc, kaddr, kport, rbound, raddr, rport, xaddr, xport = e
-        c.w(REG_E_READ, d << 31 | way << 24 | b)
-        for a in range(0x64, 0x80, 4):
-            c.r(a)
-        c.rbexp.append(((d, b, way), [kaddr, kport, raddr, rport, xaddr, xport,
-                                      1 | int(rbound) << 1 | penc << 2]))
+    c.read_back_table(tab)
     # a way above the last: the commit writes nothing and is answered, the read back reads 0
     # (the entries all read back unchanged at the end, finish())
     for d in (0, 1):
         write_entry(c, d, 0, WAYS + 1, True, P_UDP, SUBS[0], 1, False, 0, 0, POOL, 1)
-        c.w(REG_E_READ, d << 31 | (WAYS + 1) << 24)
-        for a in range(0x64, 0x80, 4):
-            c.r(a)
-        c.rbexp.append(((d, 0, WAYS + 1), [0] * 7))
+        c.read_back((d, 0, WAYS + 1), [0] * 7)
     c.lines.append("sync")
     return c, tab
 
@@ -749,7 +753,7 @@ def check(c, out, tab):
         if acts[2 * i + 1] != 0:
             fails.append("activity word of dir %d bucket %d way %d not cleared by its snapshot" % slot)
     rbs = [v for a, v in reads if 0x64 <= a < 0x80]
-    for i, (slot, want) in enumerate(getattr(c, "rbexp", [])):
+    for i, (slot, want) in enumerate(c.rbexp):
         got = rbs[7 * i:7 * i + 7]
         if got != want:
             fails.append("entry dir %d bucket %d way %d reads back %s, written %s" % (slot + (got, want)))
@@ -777,22 +781,11 @@ def finish(c, tab):
         c.r(REG_ACT_DATA)
         c.w(REG_ACT_SNAP, d << 31 | ((b * WAYS + way) // 32))  # cleared by the snapshot
         c.r(REG_ACT_DATA)
-    c.rbexp = getattr(c, "rbexp", [])
-    for (d, b, way), e in sorted(tab.slots.items()):  # every entry reads back as written
-        penc, kaddr, kport, rbound, raddr, rport, xaddr, xport = e
-        c.w(REG_E_READ, d << 31 | way << 24 | b)
-        for a in range(0x64, 0x80, 4):
-            c.r(a)
-        c.rbexp.append(((d, b, way), [kaddr, kport, raddr, rport, xaddr, xport,
-                                      1 | int(rbound) << 1 | penc << 2]))
+    c.read_back_table(tab)  # every entry reads back as written
     first = min(tab.slots) if tab.slots else None
     tab.clear(c)
     if first:  # removed: valid 0 (the daemon writes the whole entry as zeros)
-        d, b, way = first
-        c.w(REG_E_READ, d << 31 | way << 24 | b)
-        for a in range(0x64, 0x80, 4):
-            c.r(a)
-        c.rbexp.append((first, [0] * 7))
+        c.read_back(first, [0] * 7)
 
 
 def main():
