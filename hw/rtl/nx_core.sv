@@ -383,24 +383,20 @@ module nx_core #(
 	);
 
 	// ---------------- the CPU port: round robin between the directions, per frame ----------------
-	// into a register slice: m_cpu_tready reaches registers only
-	logic lock, own, pref, sel, a_valid, a_ready;
-	always_comb begin
-		if (lock)
-			sel = own;
-		else if (pref == 1'b0)
-			sel = c_tvalid[0] ? 1'b0 : 1'b1;
-		else
-			sel = c_tvalid[1] ? 1'b1 : 1'b0;
-	end
-	assign a_valid = c_tvalid[sel];
-	assign c_tready[0] = a_ready && sel == 1'b0;
-	assign c_tready[1] = a_ready && sel == 1'b1;
+	// The grant (g) is a register: each direction's c_tready is a_ready and the grant, both
+	// registers. It moves between frames, to the other direction when that one waits and
+	// this one's frame ends now or it has nothing; a_ready is a register slice's
+	// (m_cpu_tready reaches registers only)
+	logic g, lock, a_valid, a_ready, a_last;
+	assign a_valid = c_tvalid[g];
+	assign a_last = c_tlast[g];
+	assign c_tready[0] = a_ready && !g;
+	assign c_tready[1] = a_ready && g;
 
 	logic [80:0] cpu_q;
 	nx_slice #(.W(81), .SPLIT(2)) u_cpu (
 		.clk, .rst, .s_valid(a_valid),
-		.s_data({sel, 2'b00, c_reason[sel], c_tlast[sel], c_tkeep[sel], c_tdata[sel]}),
+		.s_data({g, 2'b00, c_reason[g], c_tlast[g], c_tkeep[g], c_tdata[g]}),
 		.s_ready(a_ready), .m_valid(m_cpu_tvalid), .m_data(cpu_q), .m_ready(m_cpu_tready)
 	);
 	assign m_cpu_tdata = cpu_q[63:0];
@@ -410,18 +406,13 @@ module nx_core #(
 
 	always_ff @(posedge clk) begin
 		if (rst) begin
+			g <= 1'b0;
 			lock <= 1'b0;
-			own <= 1'b0;
-			pref <= 1'b0;
-		end else if (a_valid) begin
-			// the choice holds from the first offered beat to the frame's last beat taken
-			if (a_ready && c_tlast[sel]) begin
-				lock <= 1'b0;
-				pref <= ~sel;
-			end else begin
-				lock <= 1'b1;
-				own <= sel;
-			end
+		end else begin
+			if (a_valid && a_ready)
+				lock <= !a_last;
+			if (c_tvalid[!g] && ((a_valid && a_ready && a_last) || (!lock && !c_tvalid[g])))
+				g <= !g;
 		end
 	end
 endmodule

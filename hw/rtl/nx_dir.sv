@@ -140,17 +140,19 @@ module nx_dir #(
 	logic in_fire, in_ready;
 	logic [DLOG2:0] dlevel;
 	logic [MLOG2+1:0] inflight;
-	logic meta_pop, e_end, e_end_r;
+	logic meta_pop, e_end_r;
 
 	logic i_valid, i_last;
 	logic [63:0] i_data;
 	logic [7:0] i_keep;
 	logic [HB/8-1:0] i_cap;     // the beat in i_data is beat i of the header
 	logic [15:0] i_len;         // the length of the frame whose last beat is in i_data
+	logic [DLOG2:0] i_nb;       // and its beats (a frame fits the data FIFO: at most DDEPTH)
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
+	logic [DLOG2:0] p0_nb;
 
 	// s_tready is a register computed from the counts alone, a cycle old: high only when
 	// the FIFO held at most DDEPTH - 4 words (two more may be in the input register and the
@@ -198,16 +200,19 @@ module nx_dir #(
 					bsel <= bsel << 1;
 				end
 			end
-			e_end_r <= e_end;
+			e_end_r <= meta_pop;
 			inflight <= inflight + (MLOG2+2)'(i_valid && i_last) - (MLOG2+2)'(e_end_r);
 			in_ready <= (dlevel < DDEPTH[DLOG2:0] - (DLOG2+1)'(3)) && (inflight < MDEPTH[MLOG2+1:0] - (MLOG2+2)'(2));
 		end
 		i_data <= s_tdata;
 		i_keep <= s_tkeep;
 		i_last <= s_tlast;
-		if (in_fire && s_tlast)
+		if (in_fire && s_tlast) begin
 			i_len <= {bidx, 3'd0} + {12'd0, nbytes};
+			i_nb <= (DLOG2+1)'(bidx) + 1'b1;
+		end
 		p0_len <= i_len;
+		p0_nb <= i_nb;
 	end
 
 	// the header capture: beat i into its 64 bits of hcap, each slice enabled by its own
@@ -231,8 +236,9 @@ module nx_dir #(
 
 	// data FIFO: {tlast, tkeep, tdata}, written from a register of its own a cycle after the
 	// input register (the block RAMs sit where the die has them, the input register beside
-	// the header capture)
-	logic d_valid, d_pop;
+	// the header capture); read by the egress's issuer, each word two cycles after it is
+	// asked for, from the block RAM's output register
+	logic d_rd;
 	logic [72:0] d_out;
 	logic j_valid = 1'b1;
 	logic [72:0] j_beat;
@@ -240,9 +246,8 @@ module nx_dir #(
 		j_valid <= i_valid && !rst;
 		j_beat <= {i_last, i_keep, i_data};
 	end
-	nx_fifo #(.W(73), .LOG2(DLOG2)) u_data (
-		.clk, .rst, .push(j_valid), .din(j_beat),
-		.pop(d_pop), .valid(d_valid), .dout(d_out), .level(dlevel)
+	nx_rfifo #(.W(73), .LOG2(DLOG2)) u_data (
+		.clk, .rst, .push(j_valid), .din(j_beat), .rd(d_rd), .dout(d_out), .level(dlevel)
 	);
 
 	// ---------------- SA: the transport header's position, partial sums ----------------
@@ -1127,21 +1132,89 @@ module nx_dir #(
 		end
 	end
 
-	// meta FIFO: {to the CPU, reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff,
-	// poff + 1, coff + 1}
-	localparam int MW = 1 + 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7 + 7 + 7;
-	logic m_valid;
+	// the frame's beats, beside the lookup pipeline from p0 to the result (f_*): 14 stages
+	logic [DLOG2:0] f_nb;
+	nx_dly #(.W(DLOG2 + 1), .N(14)) u_nb (.clk, .d(p0_nb), .q(f_nb));
+
+	// meta FIFO: {reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff, poff + 1,
+	// coff + 1}, read at the egress's patch stage; the length FIFO: {to the CPU, one beat,
+	// beats}, pushed with it, read by the egress's issuer
+	localparam int MW = 5 + 48 + 48 + 8 + 16 + 32 + 16 + 7 + 16 + 7 + 7 + 7;
+	localparam int LW = DLOG2 + 3;
+	logic m_valid, l_valid, l_pop;
 	logic [MW-1:0] m_out;
-	logic [MLOG2:0] mlevel;
+	logic [LW-1:0] l_out;
+	logic [MLOG2:0] m_lvl, l_lvl; // unused: the count of frames in flight bounds both
 	nx_fifo #(.W(MW), .LOG2(MLOG2), .SPLIT(4)) u_meta (
 		.clk, .rst, .push(f_valid),
-		.din({f_reason != nx_core_pkg::R_XLATE, f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport,
+		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport,
 		      f_poff, f_l4c, f_coff, f_poff + 7'd1, f_coff + 7'd1}),
-		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(mlevel)
+		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(m_lvl)
+	);
+	nx_fifo #(.W(LW), .LOG2(MLOG2)) u_len (
+		.clk, .rst, .push(f_valid),
+		.din({f_reason != nx_core_pkg::R_XLATE, f_nb == (DLOG2+1)'(1), f_nb}),
+		.pop(l_pop), .valid(l_valid), .dout(l_out), .level(l_lvl)
 	);
 
 	// ---------------- egress ----------------
-	logic cur_valid;
+	// No ready travels back through it. The issuer asks the data FIFO for a frame's beats,
+	// one a cycle, while the output FIFO the frame goes to (m or c) has room for every
+	// beat asked for and not yet taken from it (a credit count per output, compared a
+	// cycle late: OLIM leaves the place that costs). Each beat comes out of the block
+	// RAM's output register two cycles later and goes down a pipeline of plain registers:
+	// P (the beat with the frame's metadata, the meta FIFO's output register: the fixed
+	// fields' bytes and the variable bytes' selects), G (the selected values ORed into the
+	// patch), X (the patched beat, or the beat as it came with its reason) into the output
+	// FIFO. A frame's metadata leaves the meta FIFO with its last beat at P; it was
+	// written with the length the issuer took, whose FIFO is no faster, so it is there.
+	localparam int OLOG2 = 4;
+	localparam int OLIM = (1 << OLOG2) - 2;
+	logic e_act, e_rem1, e_dst, e_go, e_sw, ok_m, ok_c;
+	logic [DLOG2:0] e_rem;
+	logic [OLOG2:0] occ_m, occ_c;
+	logic m_take, c_take;
+	assign e_go = e_act && (e_dst ? ok_c : ok_m);
+	assign e_sw = !e_act || (e_go && e_rem1);
+	assign l_pop = e_sw;      // the FIFO ignores it while it holds nothing
+	assign d_rd = e_go;
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			e_act <= 1'b0;
+			occ_m <= '0;
+			occ_c <= '0;
+			ok_m <= 1'b1;
+			ok_c <= 1'b1;
+		end else begin
+			if (e_sw)
+				e_act <= l_valid;
+			occ_m <= occ_m + (OLOG2+1)'(e_go && !e_dst) - (OLOG2+1)'(m_take);
+			occ_c <= occ_c + (OLOG2+1)'(e_go && e_dst) - (OLOG2+1)'(c_take);
+			ok_m <= occ_m < (OLOG2+1)'(OLIM);
+			ok_c <= occ_c < (OLOG2+1)'(OLIM);
+		end
+		if (e_sw) begin
+			e_rem <= l_out[DLOG2:0];
+			e_rem1 <= l_out[DLOG2+1];
+			e_dst <= l_out[DLOG2+2];
+		end else if (e_go) begin
+			e_rem <= e_rem - 1'b1;
+			e_rem1 <= e_rem == (DLOG2+1)'(2);
+		end
+	end
+
+	// the beat's frame's last beat and destination, beside the memory's two cycles
+	logic [1:0] q_v, q_last, q_cpu;
+	logic q_pop = 1'b1;
+	always_ff @(posedge clk) begin
+		q_v <= rst ? 2'b00 : {q_v[0], e_go};
+		q_last <= {q_last[0], e_rem1};
+		q_cpu <= {q_cpu[0], e_dst};
+		q_pop <= q_v[0] && q_last[0] && !rst;
+	end
+	assign meta_pop = q_pop;    // the frame's last beat at P
+
+	// P: the beat (d_out) and its frame's metadata
 	logic [4:0] e_reason;
 	logic [47:0] e_dmac, e_smac;
 	logic [7:0] e_ttl;
@@ -1149,41 +1222,23 @@ module nx_dir #(
 	logic [31:0] e_addr;
 	logic [6:0] e_poff, e_coff, e_poff1, e_coff1;
 	logic [3:0] ebeat;
-	logic e_cpu, e_fire, m_rdy, c_rdy, x_rdy, g_rdy;
-	logic [63:0] e_pval;  // each byte's patch value
-	logic [7:0] e_phit;   // the bytes patched
-
-	// The current frame's metadata is the meta FIFO's output register: the FIFO's reads
-	// are decided from its registers alone, so the egress's handshake (a frame's last beat
-	// taken, its pop) reaches only its output and skid registers' enables. A frame leaves
-	// the count of frames in flight with its last beat.
-	logic [MW-1:0] e_q;
-	assign cur_valid = m_valid;
-	assign e_q = m_out;
-	assign e_fire = cur_valid && d_valid && x_rdy;
-	assign e_end = e_fire && d_out[72];
-	// each FIFO's pop without its own valid (a FIFO ignores a pop while it holds nothing),
-	// so each of its columns decides from the other side's registers and its own
-	assign d_pop = cur_valid && x_rdy;
-	assign meta_pop = d_valid && x_rdy && d_out[72];
-	assign {e_cpu, e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = e_q;
+	assign {e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = m_out;
 
 	always_ff @(posedge clk) begin
 		if (rst)
 			ebeat <= 4'd0;
-		else if (e_fire)
-			ebeat <= d_out[72] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
+		else if (q_v[1])
+			ebeat <= q_last[1] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
 	end
 
-	// The patch, over two register slices. Each byte of the beat is patched by the field
-	// its offset in the frame falls in. The MACs, TTL, IP checksum and address sit at fixed
-	// offsets: their value and select for the beat depend on the beat's number alone and go
-	// into the first slice (u_gslice) with the beat. The port/identifier and the transport
-	// checksum follow IHL: for each of their four bytes, the byte select (the beat is the
-	// byte's beat, one-hot of its place in the beat) goes into the first slice, with the
-	// four values; the second (u_xslice) takes the patch, the selected values ORed. The
-	// fields never overlap in a translated frame (the transport header starts at 34 or
-	// later), so a byte is an OR of the selected fields. Beats past the 16th hold no field.
+	// The patch. Each byte of the beat is patched by the field its offset in the frame
+	// falls in. The MACs, TTL, IP checksum and address sit at fixed offsets: their value and
+	// select for the beat depend on the beat's number alone. The port/identifier and the
+	// transport checksum follow IHL: for each of their four bytes, the byte select (the
+	// beat is the byte's beat, one-hot of its place in the beat) goes into G with the four
+	// values; X takes the patch, the selected values ORed. The fields never overlap in a
+	// translated frame (the transport header starts at 34 or later), so a byte is an OR of
+	// the selected fields. Beats past the 16th hold no field.
 	logic [95:0] e_macs;
 	assign e_macs = {e_dmac, e_smac};
 	logic [63:0] e_cval;     // the fixed fields' bytes in this beat
@@ -1228,20 +1283,26 @@ module nx_dir #(
 		end
 	end
 
-	localparam int GW = 1 + 5 + 73 + 64 + 8 + 32 + 32;
-	logic [GW-1:0] g_q;
-	logic g_valid, g_cpu;
+	// G
+	logic g_v = 1'b1;
+	logic g_cpu;
 	logic [4:0] g_rsn;
 	logic [72:0] g_d;
 	logic [63:0] g_cval;
 	logic [7:0] g_chit;
 	logic [31:0] g_vsel, g_vals;
-	nx_slice #(.W(GW), .SPLIT(4)) u_gslice (
-		.clk, .rst, .s_valid(cur_valid && d_valid),
-		.s_data({e_cpu, e_reason, d_out, e_cval, e_chit, e_vsel, e_port, e_l4c}),
-		.s_ready(x_rdy), .m_valid(g_valid), .m_data(g_q), .m_ready(g_rdy)
-	);
-	assign {g_cpu, g_rsn, g_d, g_cval, g_chit, g_vsel, g_vals} = g_q;
+	logic [63:0] e_pval;  // each byte's patch value
+	logic [7:0] e_phit;   // the bytes patched
+	always_ff @(posedge clk) begin
+		g_v <= q_v[1] && !rst;
+		g_cpu <= q_cpu[1];
+		g_rsn <= e_reason;
+		g_d <= d_out;
+		g_cval <= e_cval;
+		g_chit <= e_chit;
+		g_vsel <= e_vsel;
+		g_vals <= {e_port, e_l4c};
+	end
 	always_comb
 		for (int j = 0; j < 8; j++) begin
 			e_pval[8*j +: 8] = g_cval[8*j +: 8] |
@@ -1250,40 +1311,42 @@ module nx_dir #(
 			e_phit[j] = g_chit[j] | g_vsel[j] | g_vsel[8 + j] | g_vsel[16 + j] | g_vsel[24 + j];
 		end
 
-	// The beat with its patch (values and byte selects: they do not depend on the beat's
-	// data) into the second register slice; from there the patched beat to m_axis or the
-	// beat as it came to the CPU stream, each through a third register slice (all tready
-	// paths end at registers)
-	localparam int XW = 1 + 5 + 73 + 64 + 8;
-	logic [XW-1:0] x_q;
-	logic x_valid, x_cpu;
+	// X
+	logic x_v = 1'b1;
+	logic x_cpu;
 	logic [4:0] x_rsn;
 	logic [72:0] x_d;
 	logic [63:0] x_pval, x_pdata;
 	logic [7:0] x_phit;
-	nx_slice #(.W(XW), .SPLIT(4)) u_xslice (
-		.clk, .rst, .s_valid(g_valid), .s_data({g_cpu, g_rsn, g_d, e_pval, e_phit}),
-		.s_ready(g_rdy), .m_valid(x_valid), .m_data(x_q), .m_ready(x_cpu ? c_rdy : m_rdy)
-	);
-	assign {x_cpu, x_rsn, x_d, x_pval, x_phit} = x_q;
+	always_ff @(posedge clk) begin
+		x_v <= g_v && !rst;
+		x_cpu <= g_cpu;
+		x_rsn <= g_rsn;
+		x_d <= g_d;
+		x_pval <= e_pval;
+		x_phit <= e_phit;
+	end
 	always_comb
 		for (int j = 0; j < 8; j++)
 			x_pdata[8*j +: 8] = x_phit[j] ? x_pval[8*j +: 8] : x_d[8*j +: 8];
 
+	// the output FIFOs: m_t* and c_t* from their output registers
 	logic [72:0] m_q;
-	nx_slice #(.W(73), .SPLIT(2)) u_mslice (
-		.clk, .rst, .s_valid(x_valid && !x_cpu), .s_data({x_d[72:64], x_pdata}),
-		.s_ready(m_rdy), .m_valid(m_tvalid), .m_data(m_q), .m_ready(m_tready)
+	nx_ofifo #(.W(73), .LOG2(OLOG2)) u_mout (
+		.clk, .rst, .push(x_v && !x_cpu), .din({x_d[72:64], x_pdata}),
+		.valid(m_tvalid), .dout(m_q), .ready(m_tready)
 	);
+	assign m_take = m_tvalid && m_tready;
 	assign m_tdata = m_q[63:0];
 	assign m_tkeep = m_q[71:64];
 	assign m_tlast = m_q[72];
 
 	logic [77:0] c_q;
-	nx_slice #(.W(78), .SPLIT(2)) u_cslice (
-		.clk, .rst, .s_valid(x_valid && x_cpu), .s_data({x_rsn, x_d}),
-		.s_ready(c_rdy), .m_valid(c_tvalid), .m_data(c_q), .m_ready(c_tready)
+	nx_ofifo #(.W(78), .LOG2(OLOG2)) u_cout (
+		.clk, .rst, .push(x_v && x_cpu), .din({x_rsn, x_d}),
+		.valid(c_tvalid), .dout(c_q), .ready(c_tready)
 	);
+	assign c_take = c_tvalid && c_tready;
 	assign c_tdata = c_q[63:0];
 	assign c_tkeep = c_q[71:64];
 	assign c_tlast = c_q[72];

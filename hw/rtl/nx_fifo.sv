@@ -116,6 +116,105 @@ module nx_fifo #(
 	end
 endmodule
 
+// nx_rfifo: block RAM FIFO read on request, for a reader that knows what it holds (the
+// egress's issuer asks only for a frame's beats, written before the frame's metadata
+// exists). A word asked for with rd comes out of dout two cycles later: the memory's read
+// register, then the register that takes it alone (hw/bench/absorb.py puts it into the
+// block RAM's output register on ECP5). level counts the words not yet asked for; the
+// caller keeps it at most DEPTH.
+module nx_rfifo #(
+	parameter int W = 8,
+	parameter int LOG2 = 4
+) (
+	input  logic         clk,
+	input  logic         rst,
+	input  logic         push,
+	input  logic [W-1:0] din,
+	input  logic         rd,
+	output logic [W-1:0] dout,
+	output logic [LOG2:0] level
+);
+	localparam int DEPTH = 1 << LOG2;
+	// a word is asked for long after its write: what the memory returns while a word is
+	// written to the address read is never used (no_rw_check)
+	(* no_rw_check *) logic [W-1:0] mem [0:DEPTH-1];
+	logic [LOG2-1:0] wptr, rptr;
+	logic [W-1:0] rq, oq;
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			wptr <= '0;
+			rptr <= '0;
+			level <= '0;
+		end else begin
+			if (push)
+				wptr <= wptr + 1'b1;
+			if (rd)
+				rptr <= rptr + 1'b1;
+			level <= level + (LOG2+1)'(push) - (LOG2+1)'(rd);
+		end
+		if (push)
+			mem[wptr] <= din;
+		rq <= mem[rptr];
+		oq <= rq;
+	end
+	assign dout = oq;
+endmodule
+
+// nx_ofifo: a small first-word-fall-through FIFO for a stream's output: valid and dout are
+// registers, and ready reaches only their enables and the read pointer. The writer keeps
+// it from overflowing (a credit count: at most DEPTH words in it).
+module nx_ofifo #(
+	parameter int W = 8,
+	parameter int LOG2 = 4
+) (
+	input  logic         clk,
+	input  logic         rst,
+	input  logic         push,
+	input  logic [W-1:0] din,
+	output logic         valid,
+	output logic [W-1:0] dout,
+	input  logic         ready
+);
+	localparam int DEPTH = 1 << LOG2;
+	// read a cycle or more after the word's write, never at the write's address while
+	// it holds a word to read (no_rw_check)
+	(* no_rw_check *) logic [W-1:0] mem [0:DEPTH-1];
+	logic [LOG2-1:0] wptr, rptr;
+	logic [LOG2:0] mcount;     // words in mem, not yet in dq
+	logic mnz, mgt1;           // mcount != 0, mcount > 1 (registers beside it)
+	logic vd, load, eq1, eq2, ge3;
+	logic [W-1:0] dq;
+	assign load = mnz && (!vd || ready);
+	assign eq1 = mcount == (LOG2+1)'(1);
+	assign eq2 = mcount == (LOG2+1)'(2);
+	assign ge3 = mcount > (LOG2+1)'(2);
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			wptr <= '0;
+			rptr <= '0;
+			mcount <= '0;
+			mnz <= 1'b0;
+			mgt1 <= 1'b0;
+			vd <= 1'b0;
+		end else begin
+			if (push)
+				wptr <= wptr + 1'b1;
+			if (load)
+				rptr <= rptr + 1'b1;
+			mcount <= mcount + (LOG2+1)'(push) - (LOG2+1)'(load);
+			mnz <= push || mgt1 || !load && mnz;
+			mgt1 <= ge3 || eq2 && (push || !load) || eq1 && push && !load;
+			vd <= load || (vd && !ready);
+		end
+		if (push)
+			mem[wptr] <= din;
+		if (load)
+			dq <= mem[rptr];
+	end
+	assign valid = vd;
+	assign dout = dq;
+endmodule
+
 // nx_slice: AXI4-Stream register slice (skid buffer). s_ready is a register (no path from
 // m_ready to s_ready); full throughput; m_valid/m_data hold until taken. SPLIT > 1 cuts the
 // data into that many column slices, each with its own copy of the control (m_valid,
