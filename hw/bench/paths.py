@@ -4,10 +4,15 @@
 when nextpnr's own report has no paths: with --no-route it gives the Fmax estimate and a
 slack histogram but no critical path.
 
-    paths.py PLACED.json [N] [PERIOD_NS]
+    paths.py PLACED.json [N] [PERIOD_NS] [REPORT.json]
 
 Prints the N longest register-to-register paths (default 15) with their cells, places and
 delays, and which blocks the endpoints that miss PERIOD_NS (default 6.4: 156.25 MHz) sit in.
+With REPORT.json (nextpnr's --report of a routed run with --detailed-timing-report: the
+routed arrival time at every register input), the endpoints and their times are the routed
+ones, so the listing covers every failing endpoint of the routed design where nextpnr
+prints one path; the steps printed under each are still traced with the estimate below
+(the report has no delays inside a path), so they name where the path comes from.
 
 The model, so its output can be weighed:
 - a net's delay between two placed cells is nextpnr-ecp5's own placement estimate
@@ -58,6 +63,14 @@ def main():
     period = float(sys.argv[3]) * 1000 if len(sys.argv) > 3 else 6400.0
     nshow = int(sys.argv[2]) if len(sys.argv) > 2 else 15
     j = json.load(open(sys.argv[1]))
+    routed = {}  # (register cell, input port) -> routed arrival in ps, from a routed run's report
+    if len(sys.argv) > 4:
+        for n in json.load(open(sys.argv[4])).get("detailed_net_timings", []):
+            for e in n["endpoints"]:
+                routed[(e["cell"], e["port"])] = int(round(max(e["delay"]) * 1000))
+        if not routed:
+            print("paths.py: %s has no detailed_net_timings (run nextpnr with --detailed-timing-report)" % sys.argv[4])
+            return 2
     mod = next(m for m in j["modules"].values() if len(m.get("cells", {})) > 100)
     cells = mod["cells"]
     drivers = {}   # net bit -> (cell, port)
@@ -170,7 +183,10 @@ def main():
             su = setup(c, p)
             if su is None:
                 continue
-            a, drv = arrival_in(name, p)
+            if routed:
+                a = routed.get((name, p))
+            else:
+                a, drv = arrival_in(name, p)
             if a is None:
                 continue
             ends.append((a + su, name, p))
@@ -196,8 +212,8 @@ def main():
         return base
 
     worst = ends[0][0] if ends else 0
-    print("estimate: longest path %.2f ns (%.1f MHz); %d of %d endpoints miss %.2f ns" % (
-        worst / 1000, 1e6 / worst if worst else 0, sum(1 for e in ends if e[0] > period), len(ends), period / 1000))
+    print("%s: longest path %.2f ns (%.1f MHz); %d of %d endpoints miss %.2f ns" % (
+        "routed (arrival times from nextpnr's report)" if routed else "estimate", worst / 1000, 1e6 / worst if worst else 0, sum(1 for e in ends if e[0] > period), len(ends), period / 1000))
     seen = set()
     shown = 0
     for t, name, p in ends:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-# The checksum unit's proofs (Yosys' SAT solver, every input bit free): each `sat -prove` of
-# csum_equiv.ys and csum_rfc1624.ys is one result; then the proofs run on broken copies of
+# The checksum unit's proofs (Yosys' SAT solver, every input bit free), and the core's
+# carry-select adder's (core_arith.ys): each `sat -prove` of csum_equiv.ys, csum_rfc1624.ys
+# and core_arith.ys is one result; then the proofs run on broken copies of
 # the package, where they must find a counterexample (they can tell right from wrong).
 # Ends with "N passed, M failed"; exit status 1 if M > 0.
 set -uo pipefail
@@ -30,7 +31,7 @@ run() {
 	done
 }
 
-for ys in csum_equiv.ys csum_rfc1624.ys; do
+for ys in csum_equiv.ys csum_rfc1624.ys core_arith.ys; do
 	while IFS=$'\t' read -r name res; do
 		if [[ $res == SUCCESS ]]; then
 			[[ $name == trigger ]] && name="nx_csum_unit == ref_rewrite (miter, all outputs)"
@@ -43,7 +44,7 @@ done
 
 # mutants: the package with one fold only, and with diff4's sum cut to 17 bits
 mutate() { sed "$1" ../rtl/nx_csum_pkg.sv > "$tmp/$2.sv"; cmp -s ../rtl/nx_csum_pkg.sv "$tmp/$2.sv" && echo "prove: mutant $2 changed nothing" >&2; }
-mutate 's/s2 = s1\[15:0\] + {15.d0, s1\[16\]};/s2 = s1[15:0];/' one_fold
+mutate 's/s2 = s1\[16\] ? s1p\[16:1\] : s1\[15:0\];/s2 = s1[15:0];/' one_fold
 mutate 's/logic \[17:0\] s;/logic [16:0] s;/; s/{2.d0, \(n\?[a-z]*\)\[\([0-9:]*\)\]}/{1'"'"'b0, \1[\2]}/g; s/nx_csum_diff4 = {14.d0, s};/nx_csum_diff4 = {15'"'"'d0, s};/' diff4_17bit
 for m in one_fold diff4_17bit; do
 	if cmp -s ../rtl/nx_csum_pkg.sv "$tmp/$m.sv"; then
@@ -58,5 +59,19 @@ for m in one_fold diff4_17bit; do
 		fail=$((fail + 1)); echo "FAILED   mutant $m: proven equal though it is wrong"
 	fi
 done
+# a mutant of the core's adder: the high half's carry in ignored (the sum without the
+# select), which the hash's proofs must refute too
+sed 's/nx_add32 = {lo\[16\] ? hi1\[16:1\] : hi0, lo\[15:0\]};/nx_add32 = {hi0, lo[15:0]};/' ../rtl/nx_core_pkg.sv > "$tmp/no_carry.sv"
+if cmp -s ../rtl/nx_core_pkg.sv "$tmp/no_carry.sv"; then
+	fail=$((fail + 1)); echo "FAILED   mutant add32_no_carry: not made"
+else
+	sed "s#\.\./rtl/nx_core_pkg\.sv#$tmp/no_carry.sv#" core_arith.ys > "$tmp/arith.ys"
+	yosys -q -l "$tmp/arith.log" "$tmp/arith.ys" >/dev/null 2>&1
+	if [[ $(grep -c 'model found: FAIL' "$tmp/arith.log") == 2 ]]; then
+		pass=$((pass + 1)); echo "refuted  mutant add32_no_carry (both proofs find a counterexample)"
+	else
+		fail=$((fail + 1)); echo "FAILED   mutant add32_no_carry: not refuted by both proofs"
+	fi
+fi
 echo "$pass passed, $fail failed"
 ((fail == 0))

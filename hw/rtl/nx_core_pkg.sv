@@ -39,6 +39,20 @@ package nx_core_pkg;
 	// For ICMP echo the port is the identifier and the remote port is 0.
 	localparam int EW = 148;
 
+	// a + b (mod 2^32) as a carry select: the low halves' sum, and the high halves' sum with
+	// and without a carry in computed beside it (one adder each: a 1 added below each half
+	// gives the sum plus one), the low half's carry out selecting. Two 16-bit adders' delay
+	// and a select instead of one 32-bit adder's.
+	function automatic logic [31:0] nx_add32(input logic [31:0] a, input logic [31:0] b);
+		logic [16:0] lo;
+		logic [15:0] hi0;
+		logic [16:0] hi1;  // bits 16..1: the high halves' sum plus one
+		lo = {1'b0, a[15:0]} + {1'b0, b[15:0]};
+		hi0 = a[31:16] + b[31:16];
+		hi1 = {a[31:16], 1'b1} + {b[31:16], 1'b1};
+		nx_add32 = {lo[16] ? hi1[16:1] : hi0, lo[15:0]};
+	endfunction
+
 	// The bucket hash of (key address, key port, proto) under the seed; the bucket is its
 	// low bits. docs/HARDWARE.md gives it in Python for the daemon.
 	// In two halves, one per pipeline stage: nx_hash = nx_hash_b(nx_hash_a(...)).
@@ -47,13 +61,13 @@ package nx_core_pkg;
 		logic [31:0] a, b;
 		a = addr ^ seed;
 		b = {port, 8'h4e, 6'd0, proto};
-		nx_hash_a = a + {b[20:0], b[31:21]};
+		nx_hash_a = nx_add32(a, {b[20:0], b[31:21]});
 	endfunction
 
 	function automatic logic [31:0] nx_hash_b(input logic [31:0] h1);
 		logic [31:0] h;
 		h = h1 ^ {15'd0, h1[31:15]};
-		h = h + {h[26:0], h[31:27]};
+		h = nx_add32(h, {h[26:0], h[31:27]});
 		nx_hash_b = h ^ {13'd0, h[31:13]};
 	endfunction
 

@@ -41,12 +41,17 @@ package nx_csum_pkg;
 
 	// Two end-around folds, then the one's complement. After the first fold the value is at
 	// most 0xffff + 0xffff = 0x1fffe, after the second at most 0xffff (a carry out of the
-	// first fold leaves at most 0xfffe in the low half): 16 bits hold it.
+	// first fold leaves at most 0xfffe in the low half): 16 bits hold it. The second fold
+	// adds the first's carry: both outcomes are computed beside each other (the halves'
+	// sum, and the sum plus one: one adder, a 1 added below each half) and the carry
+	// selects, so the fold is one adder's delay and a select, not two adders in a row.
 	function automatic logic [15:0] nx_csum_fold(input logic [31:0] c);
 		logic [16:0] s1;
+		logic [17:0] s1p;  // bits 16..1: the halves' sum plus one
 		logic [15:0] s2;
 		s1 = {1'b0, c[15:0]} + {1'b0, c[31:16]};
-		s2 = s1[15:0] + {15'd0, s1[16]};
+		s1p = {1'b0, c[15:0], 1'b1} + {1'b0, c[31:16], 1'b1};
+		s2 = s1[16] ? s1p[16:1] : s1[15:0];
 		nx_csum_fold = ~s2;
 	endfunction
 
