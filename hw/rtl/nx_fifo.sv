@@ -32,8 +32,7 @@ module nx_fifo #(
 	localparam int DEPTH = 1 << LOG2;
 
 	localparam int SW = (W + SPLIT - 1) / SPLIT;
-	logic [LOG2:0] mcount; // words in mem, not yet read out
-	logic mnz;             // mcount != 0
+	logic mnz;             // mem holds a word not yet read out
 	logic [SPLIT-1:0] ld;  // each column's read (all equal)
 
 	// order: dout, then sk, then mq. A read only when they hold at most two words, so mq's
@@ -93,24 +92,34 @@ module nx_fifo #(
 		assign validk[k] = vd;
 	end
 
-	// mcount after this cycle, both ways of the read computed beside each other. It counts
-	// a push a cycle late (push_q, a register beside the count: the push comes from the
-	// writer's side of the die), so a word is read two cycles after its write at the
-	// earliest; the words in flight are never more than mcount says
+	// The words in mem not yet read (mcount) count a push a cycle late (push_q, a register
+	// beside the count: the push comes from the writer's side of the die), so a word is
+	// read two cycles after its write at the earliest; the words in flight are never more
+	// than mcount says. mcount is the difference of two counters (the late pushes, the
+	// reads); the read decides from mnz and mgt1 (mcount != 0, > 1), registers set from
+	// this cycle's change and the flags, never through the counters' adders
 	logic push_q = 1'b1;
 	always_ff @(posedge clk)
 		push_q <= push && !rst;
-	logic [LOG2:0] mc_nl, mc_l;
-	assign mc_nl = mcount + (LOG2+1)'(push_q);
-	assign mc_l = mc_nl - 1'b1;
+	logic [LOG2:0] wc, rc, mcount;
+	logic mgt1, up, down;
+	assign mcount = wc - rc;
+	assign up = push_q && !ld[0];
+	assign down = ld[0] && !push_q;
 	always_ff @(posedge clk) begin
 		if (rst) begin
-			mcount <= '0;
+			wc <= '0;
+			rc <= '0;
 			mnz <= 1'b0;
+			mgt1 <= 1'b0;
 			level <= '0;
 		end else begin
-			mcount <= ld[0] ? mc_l : mc_nl;
-			mnz <= ld[0] ? mc_l != '0 : mc_nl != '0;
+			if (push_q)
+				wc <= wc + 1'b1;
+			if (ld[0])
+				rc <= rc + 1'b1;
+			mnz <= up || (mnz && !down) || mgt1;
+			mgt1 <= (up && mnz) || (mgt1 && !down) || (mcount > (LOG2+1)'(2));
 			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
 		end
 	end
@@ -180,19 +189,18 @@ module nx_ofifo #(
 	// it holds a word to read (no_rw_check)
 	(* no_rw_check *) logic [W-1:0] mem [0:DEPTH-1];
 	logic [LOG2-1:0] wptr, rptr;
-	logic [LOG2:0] mcount;     // words in mem, not yet in dq
-	logic mnz, mgt1;           // mcount != 0, mcount > 1 (registers beside it)
-	logic vd, load, eq1, eq2, ge3;
+	logic mnz, mgt1;           // mem holds a word not yet in dq, more than one (registers)
+	logic vd, load, up, down, gt2;
 	logic [W-1:0] dq;
 	assign load = mnz && (!vd || ready);
-	assign eq1 = mcount == (LOG2+1)'(1);
-	assign eq2 = mcount == (LOG2+1)'(2);
-	assign ge3 = mcount > (LOG2+1)'(2);
+	assign up = push && !load;
+	assign down = load && !push;
+	// the words in mem: the pointers' difference (at most DEPTH - 1), from registers only
+	assign gt2 = LOG2'(wptr - rptr) > LOG2'(2);
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			wptr <= '0;
 			rptr <= '0;
-			mcount <= '0;
 			mnz <= 1'b0;
 			mgt1 <= 1'b0;
 			vd <= 1'b0;
@@ -201,9 +209,8 @@ module nx_ofifo #(
 				wptr <= wptr + 1'b1;
 			if (load)
 				rptr <= rptr + 1'b1;
-			mcount <= mcount + (LOG2+1)'(push) - (LOG2+1)'(load);
-			mnz <= push || mgt1 || !load && mnz;
-			mgt1 <= ge3 || eq2 && (push || !load) || eq1 && push && !load;
+			mnz <= up || (mnz && !down) || mgt1;
+			mgt1 <= (up && mnz) || (mgt1 && !down) || gt2;
 			vd <= load || (vd && !ready);
 		end
 		if (push)
