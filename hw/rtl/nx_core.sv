@@ -103,9 +103,10 @@ module nx_core #(
 	logic [4:0] ev_reason [0:1];
 
 	logic wr, rdq, ar_pend, ar_pend2;
-	// AXI4-Lite writes: accepted, then applied, then answered. The accepted address and
-	// data go into registers (aw_q, wd_a); in the next cycle the word address is decoded
-	// one-hot into registers (wsel0), the next-hop commit's index too (nh_we0); in the
+	// AXI4-Lite writes: accepted, then applied, then answered. The accepted address
+	// (decoded one-hot as it is taken, aw_dec) and data go into registers (wd_a); in the
+	// next cycle the decode is qualified with the write into registers (wsel0), the
+	// next-hop commit's index decoded too (nh_we0); in the
 	// next they are copied into wsel and nh_we (beside the registers they enable), the data
 	// into wd (three copies); in the next every register the write addresses is written
 	// with its enable straight from those registers (each direction keeps its own copy of the
@@ -120,8 +121,8 @@ module nx_core #(
 	logic [NWA-1:0] wsel0;
 	logic [31:0] wd_b;
 	logic [6:0] wpend;        // a write accepted one to seven cycles ago
-	logic [11:0] aw_q;        // the address and data of the cycle before (a write's when wpend[0])
 	logic [31:0] wd_a;
+	logic [NWA-1:0] aw_dec;   // the word address of the cycle before, decoded (a write's when wpend[0])
 	// the write data in three copies, each beside the registers it writes: the live
 	// registers and the table, snapshot and read requests (wd), the staged entry (wd_e),
 	// the staged next hop (wd_n); their different initial values keep synthesis from
@@ -152,13 +153,14 @@ module nx_core #(
 		end else begin
 			wpend <= {wpend[5:0], wr};
 			for (int k = 0; k < NWA; k++)
-				wsel0[k] <= wpend[0] && aw_q[11:2] == 10'(k);
+				wsel0[k] <= wpend[0] && aw_dec[k];
 			for (int i = 0; i < NH; i++)
-				nh_we0[i] <= wpend[0] && aw_q[11:2] == 10'h27 && wd_a[7:0] == 8'(i);
+				nh_we0[i] <= wpend[0] && aw_dec[6'h27] && wd_a[7:0] == 8'(i);
 			wsel <= wsel0;
 			nh_we <= nh_we0;
 		end
-		aw_q <= s_axil_awaddr;
+		for (int k = 0; k < NWA; k++)
+			aw_dec[k] <= s_axil_awaddr[11:2] == 10'(k);
 		wd_a <= s_axil_wdata;
 		wd_b <= wd_a;
 		wd <= wd_b;

@@ -305,6 +305,11 @@ module nx_dir #(
 	logic [6:0] a_hl14;      // 4 * IHL + 14
 	logic [7:0] a_mac_eq;    // the destination MAC's 6-bit pieces equal to the port's
 	logic [15:0] a_l4len;    // the transport length: total length - 4 * IHL
+	// IHL[1:0] for SB's selections by it, a copy for each (the key's port, each half of
+	// the transport header's 160 bits, the length checks): no select fans out over all
+	// of them (the copies' different initial values, never used, keep synthesis from
+	// merging them)
+	logic [1:0] a_ihl_k = 2'd0, a_ihl_l0 = 2'd1, a_ihl_l1 = 2'd2, a_ihl_c = 2'd3;
 	always_ff @(posedge clk) begin
 		if (rst)
 			a_valid <= 1'b0;
@@ -312,6 +317,10 @@ module nx_dir #(
 			a_valid <= p0_valid;
 		a_tot14 <= {1'b0, hb(p0_hdr, 16), hb(p0_hdr, 17)} + 17'd14;
 		a_hl14 <= {1'b0, p0_hdr[8 * 14 +: 4], 2'd0} + 7'd14;
+		a_ihl_k <= p0_hdr[8 * 14 +: 2];
+		a_ihl_l0 <= p0_hdr[8 * 14 +: 2];
+		a_ihl_l1 <= p0_hdr[8 * 14 +: 2];
+		a_ihl_c <= p0_hdr[8 * 14 +: 2];
 		a_l4len <= {hb(p0_hdr, 16), hb(p0_hdr, 17)} - {10'd0, p0_hdr[8 * 14 +: 4], 2'd0};
 		for (int c = 0; c < 8; c++)
 			a_mac_eq[c] <= z_dmac[6*c +: 6] == my_mac[6*c +: 6];
@@ -344,7 +353,7 @@ module nx_dir #(
 		end
 		y_ver = a_hdr[8 * 14 + 4 +: 4];
 		y_ihl = a_hdr[8 * 14 +: 4];
-		a_kport = a_kpc[y_ihl[1:0]];
+		a_kport = a_kpc[a_ihl_k];
 		y_hlen = {10'd0, y_ihl, 2'd0};
 		y_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
 		for (int g = 0; g < 4; g++)
@@ -372,13 +381,15 @@ module nx_dir #(
 			b_valid <= a_valid;
 		b_hdr <= a_hdr;
 		b_len <= a_len;
-		b_l4 <= a_l4w[32 * y_ihl[1:0] +: 160];
-		b_tbad <= y_tbad[y_ihl[1:0]] || (a_l4len < 16'd20);
-		b_ubad <= y_ubad[y_ihl[1:0]] || (a_l4len < 16'd8);
+		b_l4[79:0] <= a_l4w[32 * a_ihl_l0 +: 80];
+		b_l4[159:80] <= a_l4w[32 * a_ihl_l1 + 80 +: 80];
+		b_tbad <= y_tbad[a_ihl_c] || (a_l4len < 16'd20);
+		b_ubad <= y_ubad[a_ihl_c] || (a_l4len < 16'd8);
 		b_ibad <= a_l4len < 16'd8;
 		// the offsets of the port (identifier) and of the transport checksum in the frame
-		b_poff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
-		b_coff <= 7'd14 + {1'b0, y_ihl, 2'd0} + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
+		// (a_hl14: 14 + 4 * IHL, from SA)
+		b_poff <= a_hl14 + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
+		b_coff <= a_hl14 + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
 							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
 		for (int g = 0; g < 4; g++)
 			b_grp[g] <= y_grp[g];
