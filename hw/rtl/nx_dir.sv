@@ -1098,8 +1098,9 @@ module nx_dir #(
 	// is forwarded to a read of the same word, whatever the memory returns for a read of
 	// a word being written. A set goes first; a snapshot waits for a cycle without one.
 	// Translated frames are 42 bytes (6 beats) or more and the pipeline keeps their
-	// spacing, so a snapshot waits one cycle at most: requested in cycle t, act_word holds
-	// it from t + 2 (t + 3 after a set), before the register write's answer. No hit is lost:
+	// spacing, so a snapshot waits one cycle at most: requested in cycle t (the core's
+	// act_snap), act_word holds it from t + 3 (t + 4 after a set), by the register write's
+	// answer. No hit is lost:
 	// a set before the snapshot is in it, one after it stays set.
 	localparam int AWL = EB - 5;
 	logic [31:0] act_mem [0:AWORDS_P-1];
@@ -1116,17 +1117,25 @@ module nx_dir #(
 	initial
 		for (int w = 0; w < AWORDS_P; w++)
 			act_mem[w] = 32'd0;
-	assign i_snap = (act_snap || a_pend) && !f_set;
-	assign i_a = f_set ? f_seta : act_snap ? act_idx[AWL-1:0] : a_pidx;
+	// the request in registers beside the memory first (the core's sit by its register
+	// decode, across the die)
+	logic act_snap_l;
+	logic [AWL-1:0] act_idx_l;
+	always_ff @(posedge clk) begin
+		act_snap_l <= act_snap && !rst;
+		act_idx_l <= act_idx[AWL-1:0];
+	end
+	assign i_snap = (act_snap_l || a_pend) && !f_set;
+	assign i_a = f_set ? f_seta : act_snap_l ? act_idx_l : a_pidx;
 	assign o_old = w_v && w_a == o_a ? w_d : o_rd;
 	assign o_new = o_snap ? 32'd0 : o_old | o_b;
 	always_ff @(posedge clk) begin
 		o_rd <= act_mem[i_a];
 		if (o_v)
 			act_mem[o_a] <= o_new;
-		a_pend <= (act_snap || a_pend) && f_set;
-		if (act_snap)
-			a_pidx <= act_idx[AWL-1:0];
+		a_pend <= (act_snap_l || a_pend) && f_set;
+		if (act_snap_l)
+			a_pidx <= act_idx_l;
 		o_v <= f_set || i_snap;
 		o_snap <= i_snap;
 		o_a <= i_a;
