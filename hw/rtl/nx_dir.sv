@@ -1194,6 +1194,14 @@ module nx_dir #(
 	logic [DLOG2:0] e_rem;
 	logic [OLOG2:0] occ_m, occ_c;
 	logic m_take, c_take;
+	// an output's beats taken are counted a cycle late, from a register beside the count
+	// (tready comes from outside, c_tready from the CPU port across the die): the count is
+	// then never below the beats its FIFO holds
+	logic m_take_q, c_take_q;
+	always_ff @(posedge clk) begin
+		m_take_q <= m_take && !rst;
+		c_take_q <= c_take && !rst;
+	end
 	assign e_go = e_act && (e_dst ? ok_c : ok_m);
 	assign e_sw = !e_act || (e_go && e_rem1);
 	assign l_pop = e_sw;      // the FIFO ignores it while it holds nothing
@@ -1208,8 +1216,8 @@ module nx_dir #(
 		end else begin
 			if (e_sw)
 				e_act <= l_valid;
-			occ_m <= occ_m + (OLOG2+1)'(e_go && !e_dst) - (OLOG2+1)'(m_take);
-			occ_c <= occ_c + (OLOG2+1)'(e_go && e_dst) - (OLOG2+1)'(c_take);
+			occ_m <= occ_m + (OLOG2+1)'(e_go && !e_dst) - (OLOG2+1)'(m_take_q);
+			occ_c <= occ_c + (OLOG2+1)'(e_go && e_dst) - (OLOG2+1)'(c_take_q);
 			ok_m <= occ_m < (OLOG2+1)'(OLIM);
 			ok_c <= occ_c < (OLOG2+1)'(OLIM);
 		end

@@ -129,8 +129,8 @@ endmodule
 // egress's issuer asks only for a frame's beats, written before the frame's metadata
 // exists). A word asked for with rd comes out of dout two cycles later: the memory's read
 // register, then the register that takes it alone (hw/bench/absorb.py puts it into the
-// block RAM's output register on ECP5). level counts the words not yet asked for; the
-// caller keeps it at most DEPTH.
+// block RAM's output register on ECP5). level counts the words not yet asked for (a
+// request a cycle late); the caller keeps it at most DEPTH.
 module nx_rfifo #(
 	parameter int W = 8,
 	parameter int LOG2 = 4
@@ -149,17 +149,20 @@ module nx_rfifo #(
 	(* no_rw_check *) logic [W-1:0] mem [0:DEPTH-1];
 	logic [LOG2-1:0] wptr, rptr;
 	logic [W-1:0] rq, oq;
+	logic rd_q;   // level counts a read a cycle late (never below the words held)
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			wptr <= '0;
 			rptr <= '0;
 			level <= '0;
+			rd_q <= 1'b0;
 		end else begin
 			if (push)
 				wptr <= wptr + 1'b1;
 			if (rd)
 				rptr <= rptr + 1'b1;
-			level <= level + (LOG2+1)'(push) - (LOG2+1)'(rd);
+			rd_q <= rd;
+			level <= level + (LOG2+1)'(push) - (LOG2+1)'(rd_q);
 		end
 		if (push)
 			mem[wptr] <= din;
