@@ -11,12 +11,13 @@
 //             places the transport header can start at in them; the IPv4 header checksum's
 //             words added in pairs
 //   SB        the transport header and the key's port selected by IHL[1:0]; the first half
-//             of the bucket hash; the pairs summed in four groups; the IPv4 length checks;
+//             of the bucket hash; the pairs summed two by two; the IPv4 length checks;
 //             the offsets of the port and the transport checksum
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
-//             bucket hash (the bucket addresses the table)
+//             bucket hash (the bucket addresses the table); the eight sums two by two
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
-//             checksum folded; the outbound next hop's prefix compares (4-bit pieces)
+//             checksum's four sums added (s2_sum), then folded (s3_ipf); the outbound next
+//             hop's prefix compares (4-bit pieces)
 //   S3        the ways compared with the key in 7-bit pieces, each into a register; the
 //             outbound next hops that match (all pieces, valid)
 //   S4        the ways that match (all pieces); the first matching next hop's index
@@ -339,7 +340,7 @@ module nx_dir #(
 	// ---------------- SB: the hash's first half, the sums in four groups, IPv4 checks ----------------
 	logic [3:0] y_ver, y_ihl;
 	logic [15:0] y_tot, y_hlen;
-	logic [18:0] y_grp [0:3];
+	logic [17:0] y_grp [0:7];
 	logic y_bip;
 	logic [3:0] y_tbad, y_ubad;  // per place of the transport header: TCP's, UDP's length checks
 	always_comb begin
@@ -356,12 +357,13 @@ module nx_dir #(
 		a_kport = a_kpc[a_ihl_k];
 		y_hlen = {10'd0, y_ihl, 2'd0};
 		y_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
-		for (int g = 0; g < 4; g++)
-			y_grp[g] = ({2'd0, a_pair[4 * g]} + {2'd0, a_pair[4 * g + 1]}) +
-				   ({2'd0, a_pair[4 * g + 2]} + (g < 3 ? {2'd0, a_pair[(4 * g + 3) % 15]} : 19'd0));
+		// the header checksum's pairs summed two by two here, the eight sums two by two in
+		// S1, the four in S2: one adder a stage but the last (S3 folds)
+		for (int g = 0; g < 8; g++)
+			y_grp[g] = {1'b0, a_pair[2 * g]} + (g < 7 ? {1'b0, a_pair[(2 * g + 1) % 15]} : 18'd0);
 		y_bip = (a_len < 16'd34) || (y_ver != 4'd4) || (y_ihl < 4'd5) || (y_tot < y_hlen) ||
 			(a_tot14 > {1'b0, a_len}) ||
-			({9'd0, a_hl14} > a_len);  // and the checksum: S2 folds q_sum
+			({9'd0, a_hl14} > a_len);  // and the checksum: S3 folds the sum
 	end
 
 	logic b_valid;
@@ -369,7 +371,7 @@ module nx_dir #(
 	logic [15:0] b_len;
 	logic [6:0] b_poff, b_coff;
 	logic [159:0] b_l4;
-	logic [18:0] b_grp [0:3];
+	logic [17:0] b_grp [0:7];
 	logic [31:0] b_h1;
 	logic b_bip, b_nfu, b_nip;
 	logic b_tbad, b_ubad, b_ibad;  // the transport header's checks (nx_parse_l4) for TCP, UDP, ICMP
@@ -391,7 +393,7 @@ module nx_dir #(
 		b_poff <= a_hl14 + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
 		b_coff <= a_hl14 + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
 							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
-		for (int g = 0; g < 4; g++)
+		for (int g = 0; g < 8; g++)
 			b_grp[g] <= y_grp[g];
 		b_h1 <= nx_core_pkg::nx_hash_a(a_kx, a_kport, a_penc, 32'd0);  // a_kx: the address XOR the seed
 		b_bip <= y_bip;
@@ -407,7 +409,8 @@ module nx_dir #(
 	logic [15:0] q_etype, q_tot, q_fragw, q_ipc;
 	logic [3:0] q_ihl;
 	logic [7:0] q_ttl, q_proto;
-	logic [31:0] q_sa, q_da, q_sum;
+	logic [31:0] q_sa, q_da;
+	logic [18:0] q_sum4 [0:3];
 	logic [159:0] q_l4;
 	logic [1:0] q_penc;
 	logic q_bl4, q_icmp, q_tcpc;
@@ -426,7 +429,8 @@ module nx_dir #(
 		q_ipc = {hb(b_hdr, 24), hb(b_hdr, 25)};
 		q_sa = {hb(b_hdr, 26), hb(b_hdr, 27), hb(b_hdr, 28), hb(b_hdr, 29)};
 		q_da = {hb(b_hdr, 30), hb(b_hdr, 31), hb(b_hdr, 32), hb(b_hdr, 33)};
-		q_sum = ({13'd0, b_grp[0]} + {13'd0, b_grp[1]}) + ({13'd0, b_grp[2]} + {13'd0, b_grp[3]});
+		for (int g = 0; g < 4; g++)
+			q_sum4[g] = {1'b0, b_grp[2 * g]} + {1'b0, b_grp[2 * g + 1]};
 		q_l4 = b_l4;
 		q_sport = {q_l4[7:0], q_l4[15:8]};
 		q_dport = {q_l4[23:16], q_l4[31:24]};
@@ -470,7 +474,7 @@ module nx_dir #(
 	logic [7:0] s1_ttl8, s1_proto8;
 	logic [6:0] s1_poff, s1_coff;
 	logic [BLOG2-1:0] s1_bucket;
-	logic [31:0] s1_sum;
+	logic [18:0] s1_sum4 [0:3];
 	logic [BLOG2-1:0] pb_addr;      // port B's request: the bucket (the table, below)
 	logic pb_pend, pb_go, s1_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S2, S3
 
@@ -507,7 +511,8 @@ module nx_dir #(
 		// table instead
 		s1_bucket <= pb_go ? pb_addr : q_hash[BLOG2-1:0];
 		s1_rb <= pb_go && !pb_wr;
-		s1_sum <= q_sum;
+		for (int g = 0; g < 4; g++)
+			s1_sum4[g] <= q_sum4[g];
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
@@ -630,7 +635,7 @@ module nx_dir #(
 		s2_poff <= s1_poff;
 		s2_coff <= s1_coff;
 		s2_bucket <= s1_bucket;
-		s2_sum <= s1_sum;
+		s2_sum <= ({13'd0, s1_sum4[0]} + {13'd0, s1_sum4[1]}) + ({13'd0, s1_sum4[2]} + {13'd0, s1_sum4[3]});
 	end
 
 
