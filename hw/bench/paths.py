@@ -4,7 +4,7 @@
 when nextpnr's own report has no paths: with --no-route it gives the Fmax estimate and a
 slack histogram but no critical path.
 
-    paths.py PLACED.json [N] [PERIOD_NS] [REPORT.json]
+    paths.py PLACED.json [N] [PERIOD_NS] [REPORT.json | ROUTED.sdf]
 
 Prints the N longest register-to-register paths (default 15) with their cells, places and
 delays, and which blocks the endpoints that miss PERIOD_NS (default 6.4: 156.25 MHz) sit in.
@@ -12,7 +12,9 @@ With REPORT.json (nextpnr's --report of a routed run with --detailed-timing-repo
 routed arrival time at every register input), the endpoints and their times are the routed
 ones, so the listing covers every failing endpoint of the routed design where nextpnr
 prints one path; the steps printed under each are still traced with the estimate below
-(the report has no delays inside a path), so they name where the path comes from.
+(the report has no delays inside a path), so they name where the path comes from. With
+ROUTED.sdf (nextpnr's --sdf of a routed run: every routed connection's delay) each net's
+delay is the routed one, so the paths themselves, step by step, are the routed design's.
 
 The model, so its output can be weighed:
 - a net's delay between two placed cells is nextpnr-ecp5's own placement estimate
@@ -64,7 +66,16 @@ def main():
     nshow = int(sys.argv[2]) if len(sys.argv) > 2 else 15
     j = json.load(open(sys.argv[1]))
     routed = {}  # (register cell, input port) -> routed arrival in ps, from a routed run's report
-    if len(sys.argv) > 4:
+    sdf = {}     # (driver cell, port, sink cell, port) -> routed net delay in ps, from its SDF
+    if len(sys.argv) > 4 and sys.argv[4].endswith(".sdf"):
+        unesc = lambda x: re.sub(r"\\(.)", r"\1", x)
+        for m in re.finditer(r"\(INTERCONNECT (\S+) (\S+) \((\d+):(\d+):(\d+)\)", open(sys.argv[4]).read()):
+            a, b = unesc(m.group(1)).rsplit("/", 1), unesc(m.group(2)).rsplit("/", 1)
+            sdf[(a[0], a[1], b[0], b[1])] = int(m.group(5))
+        if not sdf:
+            print("paths.py: %s has no INTERCONNECT delays" % sys.argv[4])
+            return 2
+    elif len(sys.argv) > 4:
         for n in json.load(open(sys.argv[4])).get("detailed_net_timings", []):
             for e in n["endpoints"]:
                 routed[(e["cell"], e["port"])] = int(round(max(e["delay"]) * 1000))
@@ -154,7 +165,13 @@ def main():
         a = arrival_out(dn, dp)
         if a is None:
             return None, None
-        return a + net_delay(locs[dn], dp, locs[name], port), (dn, dp)
+        if sdf:
+            d = sdf.get((dn, dp, name, port))
+            if d is None:  # a connection the router did not route (none expected)
+                d = net_delay(locs[dn], dp, locs[name], port)
+        else:
+            d = net_delay(locs[dn], dp, locs[name], port)
+        return a + d, (dn, dp)
 
     def arrival_out(name, port):
         k = (name, port)
@@ -213,7 +230,8 @@ def main():
 
     worst = ends[0][0] if ends else 0
     print("%s: longest path %.2f ns (%.1f MHz); %d of %d endpoints miss %.2f ns" % (
-        "routed (arrival times from nextpnr's report)" if routed else "estimate", worst / 1000, 1e6 / worst if worst else 0, sum(1 for e in ends if e[0] > period), len(ends), period / 1000))
+        "routed (arrival times from nextpnr's report)" if routed else
+        "routed (net delays from nextpnr's SDF)" if sdf else "estimate", worst / 1000, 1e6 / worst if worst else 0, sum(1 for e in ends if e[0] > period), len(ends), period / 1000))
     seen = set()
     shown = 0
     for t, name, p in ends:

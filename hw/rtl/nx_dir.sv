@@ -132,8 +132,9 @@ module nx_dir #(
 	// ---------------- ingress ----------------
 	// The accepted beat goes into an input register stage first (i_*): the data FIFO's
 	// write and the header capture take it from there, and each 64-bit slice of the capture
-	// is enabled by its own register (i_cap[i], set with the beat it captures), so no
-	// enable is a combination of s_tvalid and s_tready fanned out over the whole capture.
+	// is enabled from two registers beside it (i_vcap, a beat was accepted; i_bsel[i], it
+	// is beat i), so no enable is a combination of s_tvalid and s_tready carried across the
+	// die and fanned out over the whole capture.
 	logic [HB*8-1:0] hcap;
 	logic [12:0] bidx;
 	logic [HB/8-1:0] bsel;      // one-hot: the next beat is beat i of the header
@@ -147,12 +148,16 @@ module nx_dir #(
 	logic [63:0] i_data;
 	logic [7:0] i_keep;
 	logic [HB/8-1:0] i_cap;     // the beat in i_data is beat i of the header
+	logic i_vcap = 1'b1;        // i_valid's copy beside the capture (another initial value)
+	logic [HB/8-1:0] i_bsel;    // bsel as the beat in i_data was accepted
 	logic [15:0] i_len;         // the length of the frame whose last beat is in i_data
 	logic [DLOG2:0] i_nb;       // and its beats (a frame fits the data FIFO: at most DDEPTH)
 
 	logic p0_valid;
 	logic [HB*8-1:0] p0_hdr;
 	logic [15:0] p0_len;
+	logic [15:0] p0_lenm14;     // the length - 14 (wraps below 14: then p0_lt34 decides)
+	logic p0_lt34;              // the length < 34
 	logic [DLOG2:0] p0_nb;
 
 	// s_tready is a register computed from the counts alone, a cycle old: high only when
@@ -182,14 +187,12 @@ module nx_dir #(
 			bidx <= '0;
 			bsel <= {{(HB/8-1){1'b0}}, 1'b1};
 			i_valid <= 1'b0;
-			i_cap <= '0;
 			p0_valid <= 1'b0;
 			inflight <= '0;
 			e_end_r <= 1'b0;
 			in_ready <= 1'b1;
 		end else begin
 			i_valid <= in_fire;
-			i_cap <= in_fire ? bsel : '0;
 			p0_valid <= i_valid && i_last;
 			if (in_fire) begin
 				if (s_tlast) begin
@@ -213,6 +216,8 @@ module nx_dir #(
 			i_nb <= (DLOG2+1)'(bidx) + 1'b1;
 		end
 		p0_len <= i_len;
+		p0_lenm14 <= i_len - 16'd14;
+		p0_lt34 <= i_len < 16'd34;
 		p0_nb <= i_nb;
 	end
 
@@ -226,6 +231,11 @@ module nx_dir #(
 	// header's word pairs SA adds: pair m (words 2m, 2m+1) when m < IHL, into hpair_en
 	// beside the capture (written with the same slice, so it always matches hcap's byte 14)
 	logic [14:0] hpair_en;
+	always_ff @(posedge clk) begin
+		i_vcap <= in_fire && !rst;
+		i_bsel <= bsel;
+	end
+	assign i_cap = i_vcap ? i_bsel : '0;
 	always_ff @(posedge clk) begin
 		for (int i = 0; i < HB / 8; i++)
 			if (i_cap[i])
@@ -302,7 +312,7 @@ module nx_dir #(
 	logic [15:0] a_kport;
 	logic [1:0] a_penc;
 	logic [31:0] a_kx;       // the key address XOR the seed (the hash's first step)
-	logic [16:0] a_tot14;    // IPv4 total length + 14
+	logic [3:0] a_bip;       // bad_ip's length checks, each a compare from p0's registers
 	logic [6:0] a_hl14;      // 4 * IHL + 14
 	logic [7:0] a_mac_eq;    // the destination MAC's 6-bit pieces equal to the port's
 	logic [15:0] a_l4len;    // the transport length: total length - 4 * IHL
@@ -316,7 +326,16 @@ module nx_dir #(
 			a_valid <= 1'b0;
 		else
 			a_valid <= p0_valid;
-		a_tot14 <= {1'b0, hb(p0_hdr, 16), hb(p0_hdr, 17)} + 17'd14;
+		// below 34 bytes; version, IHL < 5, total length < 4 * IHL; total length + 14 and
+		// 4 * IHL + 14 beyond the frame (as compares with the length - 14, which wraps only
+		// below 14 bytes, where the first is true). The first and the last follow from the
+		// others (below 14 bytes not_ipv4 comes first); they are nx_parse's checks, kept
+		// as it has them
+		a_bip[0] <= p0_lt34;
+		a_bip[1] <= (p0_hdr[8 * 14 + 4 +: 4] != 4'd4) || (p0_hdr[8 * 14 +: 4] < 4'd5) ||
+			    ({hb(p0_hdr, 16), hb(p0_hdr, 17)} < {10'd0, p0_hdr[8 * 14 +: 4], 2'd0});
+		a_bip[2] <= {hb(p0_hdr, 16), hb(p0_hdr, 17)} > p0_lenm14;
+		a_bip[3] <= {10'd0, p0_hdr[8 * 14 +: 4], 2'd0} > p0_lenm14;
 		a_hl14 <= {1'b0, p0_hdr[8 * 14 +: 4], 2'd0} + 7'd14;
 		a_ihl_k <= p0_hdr[8 * 14 +: 2];
 		a_ihl_l0 <= p0_hdr[8 * 14 +: 2];
@@ -338,8 +357,6 @@ module nx_dir #(
 	end
 
 	// ---------------- SB: the hash's first half, the sums in four groups, IPv4 checks ----------------
-	logic [3:0] y_ver, y_ihl;
-	logic [15:0] y_tot, y_hlen;
 	logic [17:0] y_grp [0:7];
 	logic y_bip;
 	logic [3:0] y_tbad, y_ubad;  // per place of the transport header: TCP's, UDP's length checks
@@ -352,18 +369,12 @@ module nx_dir #(
 			y_tbad[c] = (doff < 4'd5) || ({10'd0, doff, 2'd0} > a_l4len);
 			y_ubad[c] = (ulen < 16'd8) || (ulen > a_l4len);
 		end
-		y_ver = a_hdr[8 * 14 + 4 +: 4];
-		y_ihl = a_hdr[8 * 14 +: 4];
 		a_kport = a_kpc[a_ihl_k];
-		y_hlen = {10'd0, y_ihl, 2'd0};
-		y_tot = {hb(a_hdr, 16), hb(a_hdr, 17)};
 		// the header checksum's pairs summed two by two here, the eight sums two by two in
 		// S1, the four in S2: one adder a stage but the last (S3 folds)
 		for (int g = 0; g < 8; g++)
 			y_grp[g] = {1'b0, a_pair[2 * g]} + (g < 7 ? {1'b0, a_pair[(2 * g + 1) % 15]} : 18'd0);
-		y_bip = (a_len < 16'd34) || (y_ver != 4'd4) || (y_ihl < 4'd5) || (y_tot < y_hlen) ||
-			(a_tot14 > {1'b0, a_len}) ||
-			({9'd0, a_hl14} > a_len);  // and the checksum: S3 folds the sum
+		y_bip = a_bip != 4'd0;  // and the checksum: S3 folds the sum
 	end
 
 	logic b_valid;
