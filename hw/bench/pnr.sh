@@ -4,8 +4,9 @@
 # (synth.sh's output) on an ECP5-85 speed grade 6 out of context (the core's ~450 AXI
 # signals are not pins; no IO buffers, no global clock network) with a 156.25 MHz target,
 # writes OUTDIR/pnr_ecp5_BLOG2.{log,json} (the report with every register input's routed
-# arrival time), the netlist it placed and routed (placed_ecp5_BLOG2.json), paths.py's
-# listing of the endpoints that miss 6.4 ns (paths_BLOG2.txt) and the seconds taken; cut
+# arrival time), the routed delays (routed_ecp5_BLOG2.sdf), the netlist it placed and
+# routed (placed_ecp5_BLOG2.json), paths.py's listing of the paths that miss 6.4 ns
+# (paths_BLOG2.txt) and the seconds taken; BENCH_HW_SEED: the placer's seed (1); cut
 # after BENCH_HW_PNR_TIMEOUT seconds (default 2400: placement takes about 10 minutes on one
 # core, routing with router1, nextpnr-ecp5's default, 3 to 5). BENCH_HW_PNR_ARGS: more
 # nextpnr arguments (e.g. --no-route: the placement estimate only; report.py labels it).
@@ -13,16 +14,17 @@ set -u
 blog2=$1 out=$2 nextpnr=$3
 t0=$(date +%s)
 timeout "${BENCH_HW_PNR_TIMEOUT:-2400}" $nextpnr --85k --speed 6 --out-of-context --json "$out/ecp5_$blog2.json" --freq 156.25 \
-	--timing-allow-fail --seed 1 --report "$out/pnr_ecp5_$blog2.json" --detailed-timing-report \
-	--write "$out/placed_ecp5_$blog2.json" ${BENCH_HW_PNR_ARGS:-} >"$out/pnr_ecp5_$blog2.log" 2>&1
+	--timing-allow-fail --seed ${BENCH_HW_SEED:-1} --report "$out/pnr_ecp5_$blog2.json" --detailed-timing-report \
+	--sdf "$out/routed_ecp5_$blog2.sdf" --write "$out/placed_ecp5_$blog2.json" ${BENCH_HW_PNR_ARGS:-} \
+	>"$out/pnr_ecp5_$blog2.log" 2>&1
 rc=$?
 echo "$(($(date +%s) - t0))" >"$out/time_pnr_$blog2.txt"
-# nextpnr names one path: paths.py lists every endpoint that misses the clock, from the
-# report's routed arrival times when routing finished, else its rough estimate over the
-# placed netlist
+# nextpnr names one path: paths.py lists the paths that miss the clock, with the routed
+# delays of its SDF when routing finished, else its rough estimate over the placed netlist
 if [[ -s $out/placed_ecp5_$blog2.json ]]; then
 	rep=()
-	grep -q "Routing complete" "$out/pnr_ecp5_$blog2.log" && rep=(6.4 "$out/pnr_ecp5_$blog2.json")
+	grep -q "Routing complete" "$out/pnr_ecp5_$blog2.log" && [[ -s $out/routed_ecp5_$blog2.sdf ]] &&
+		rep=(6.4 "$out/routed_ecp5_$blog2.sdf")
 	python3 "$(dirname "$0")/paths.py" "$out/placed_ecp5_$blog2.json" 40 "${rep[@]}" >"$out/paths_$blog2.txt" 2>&1
 fi
 exit $rc

@@ -248,7 +248,11 @@ def main():
             st = txt[i + 1].split()
             tops.append("%s ns from `%s` to `%s` (%s)" % (m.group(1), base(st[1]) if len(st) > 1 else "?",
                                                             base(m.group(2)), m.group(3)))
-        if first.startswith("routed"):
+        if first.startswith("routed (net delays"):
+            L += ["", "Where the time goes at 1k entries (`hw/bench/paths.py` over the routed design: nextpnr's "
+                  "SDF, every routed connection's delay, and Project Trellis' speed-6 cell delays, register to "
+                  "register): %s. Longest paths: %s." % (first.split(": ", 1)[1], "; ".join(tops[:4]))]
+        elif first.startswith("routed"):
             L += ["", "Where the time goes at 1k entries (`hw/bench/paths.py` over nextpnr's report of the routed "
                   "design: the routed arrival time at every register input; each path's start is traced over the "
                   "placed netlist with nextpnr's placement delay formula, so it names where the path comes from, "
