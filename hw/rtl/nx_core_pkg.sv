@@ -46,7 +46,9 @@ package nx_core_pkg;
 	function automatic logic [31:0] nx_add32(input logic [31:0] a, input logic [31:0] b);
 		logic [16:0] lo;
 		logic [15:0] hi0;
-		logic [16:0] hi1;  // bits 16..1: the high halves' sum plus one
+		/* verilator lint_off UNUSEDSIGNAL */
+		logic [16:0] hi1;  // bits 16..1: the high halves' sum plus one (bit 0 unused)
+		/* verilator lint_on UNUSEDSIGNAL */
 		lo = {1'b0, a[15:0]} + {1'b0, b[15:0]};
 		hi0 = a[31:16] + b[31:16];
 		hi1 = {a[31:16], 1'b1} + {b[31:16], 1'b1};

@@ -47,7 +47,9 @@ package nx_csum_pkg;
 	// selects, so the fold is one adder's delay and a select, not two adders in a row.
 	function automatic logic [15:0] nx_csum_fold(input logic [31:0] c);
 		logic [16:0] s1;
-		logic [17:0] s1p;  // bits 16..1: the halves' sum plus one
+		/* verilator lint_off UNUSEDSIGNAL */
+		logic [17:0] s1p;  // bits 16..1: the halves' sum plus one (bit 0 is 1 + 1's 0, bit 17 unused)
+		/* verilator lint_on UNUSEDSIGNAL */
 		logic [15:0] s2;
 		s1 = {1'b0, c[15:0]} + {1'b0, c[31:16]};
 		s1p = {1'b0, c[15:0], 1'b1} + {1'b0, c[31:16], 1'b1};
