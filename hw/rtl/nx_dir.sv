@@ -385,7 +385,11 @@ module nx_dir #(
 	logic [17:0] b_grp [0:7];
 	logic [31:0] b_h1;
 	logic b_bip, b_nfu, b_nip;
-	logic b_tbad, b_ubad, b_ibad;  // the transport header's checks (nx_parse_l4) for TCP, UDP, ICMP
+	// the transport header's checks (nx_parse_l4) for TCP, UDP, ICMP: TCP's and UDP's for
+	// each of the four places, S1 selects by IHL[1:0] (b_ihl); the length's own checks
+	logic [3:0] b_tbad4, b_ubad4;
+	logic [1:0] b_ihl;
+	logic b_tlen, b_ulen, b_ibad;
 	logic [1:0] b_penc;
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -396,8 +400,11 @@ module nx_dir #(
 		b_len <= a_len;
 		b_l4[79:0] <= a_l4w[32 * a_ihl_l0 +: 80];
 		b_l4[159:80] <= a_l4w[32 * a_ihl_l1 + 80 +: 80];
-		b_tbad <= y_tbad[a_ihl_c] || (a_l4len < 16'd20);
-		b_ubad <= y_ubad[a_ihl_c] || (a_l4len < 16'd8);
+		b_tbad4 <= y_tbad;
+		b_ubad4 <= y_ubad;
+		b_ihl <= a_ihl_c;
+		b_tlen <= a_l4len < 16'd20;
+		b_ulen <= a_l4len < 16'd8;
 		b_ibad <= a_l4len < 16'd8;
 		// the offsets of the port (identifier) and of the transport checksum in the frame
 		// (a_hl14: 14 + 4 * IHL, from SA)
@@ -457,13 +464,13 @@ module nx_dir #(
 		case (b_penc)  // q_proto's encoding (SA's)
 		nx_core_pkg::P_TCP: begin
 			q_penc = nx_core_pkg::P_TCP;
-			q_bl4 = b_tbad;  // l4len < 20, doff < 5, doff * 4 > l4len (SB)
+			q_bl4 = b_tbad4[b_ihl] || b_tlen;  // doff < 5, doff * 4 > l4len; l4len < 20 (SB)
 			q_tcpc = (q_flags[2:0] != 3'd0);
 			q_l4c = {q_l4[135:128], q_l4[143:136]};
 		end
 		nx_core_pkg::P_UDP: begin
 			q_penc = nx_core_pkg::P_UDP;
-			q_bl4 = b_ubad;  // l4len < 8, udp.len < 8, udp.len > l4len (SB)
+			q_bl4 = b_ubad4[b_ihl] || b_ulen;  // udp.len < 8, udp.len > l4len; l4len < 8 (SB)
 			q_l4c = {q_l4[55:48], q_l4[63:56]};
 		end
 		nx_core_pkg::P_ICMP: begin
@@ -781,24 +788,25 @@ module nx_dir #(
 		n3_c <= DIR == 0 ? nh_cmp(s2_da, nh_addr, nh_mask) : '0;
 	end
 
-	// ---------------- S3: compare the ways in 7-bit pieces, each into a register (S4 ANDs
-	// them): the key's 50 bits {port, address, protocol} in eight pieces, the valid bit
-	// with the last; the remote's 48 bits {port, address} in seven, each true when the
-	// entry is not remote-bound; the header checksum's verdict ----------------
-	localparam int KC = 8, RC = 7, WC = KC + RC;
+	// ---------------- S3: compare the ways in 2-bit pieces, each into a register (S4 ANDs
+	// them): the key's 50 bits {port, address, protocol} in 25 pieces, the valid bit with
+	// the last; the remote's 48 bits {port, address} in 24, each true when the entry is not
+	// remote-bound; the header checksum's verdict. A piece is one LUT after the table's
+	// block RAM output register, whose data crosses the die to here ----------------
+	localparam int PW = 2, KC = 50 / PW, RC = 48 / PW, WC = KC + RC;
 	logic [WC-1:0] wc [0:WAYS-1];
 	always_comb begin
 		for (int w = 0; w < WAYS; w++) begin
-			logic [55:0] ke, kk;
-			logic [48:0] re, rk;
-			ke = {6'd0, rq[w][51:2]};
-			kk = {6'd0, s3_kport, s3_kaddr, s3_penc};
-			re = {1'b0, rq[w][99:52]};
-			rk = {1'b0, s3_rport, s3_raddr};
+			logic [49:0] ke, kk;
+			logic [47:0] re, rk;
+			ke = rq[w][51:2];
+			kk = {s3_kport, s3_kaddr, s3_penc};
+			re = rq[w][99:52];
+			rk = {s3_rport, s3_raddr};
 			for (int c = 0; c < KC; c++)
-				wc[w][c] = ke[7*c +: 7] == kk[7*c +: 7] && (c != KC - 1 || rq[w][0]);
+				wc[w][c] = ke[PW*c +: PW] == kk[PW*c +: PW] && (c != KC - 1 || rq[w][0]);
 			for (int c = 0; c < RC; c++)
-				wc[w][KC + c] = !rq[w][1] || re[7*c +: 7] == rk[7*c +: 7];
+				wc[w][KC + c] = !rq[w][1] || re[PW*c +: PW] == rk[PW*c +: PW];
 		end
 	end
 

@@ -95,29 +95,27 @@ module nx_fifo #(
 	// The words in mem not yet read (mcount) count a push a cycle late (push_q, a register
 	// beside the count: the push comes from the writer's side of the die), so a word is
 	// read two cycles after its write at the earliest; the words in flight are never more
-	// than mcount says. mcount is the difference of two counters (the late pushes, the
-	// reads); the read decides from mnz and mgt1 (mcount != 0, > 1), registers set from
-	// this cycle's change and the flags, never through the counters' adders
+	// than mcount says. The read decides from mnz and mgt1 (mcount != 0, > 1), registers
+	// set from this cycle's change, the flags and mcount > 2 (a compare of the register),
+	// never through the count's adder
 	logic push_q = 1'b1;
 	always_ff @(posedge clk)
 		push_q <= push && !rst;
-	logic [LOG2:0] wc, rc, mcount;
+	logic [LOG2:0] mcount;
 	logic mgt1, up, down;
-	assign mcount = wc - rc;
 	assign up = push_q && !ld[0];
 	assign down = ld[0] && !push_q;
 	always_ff @(posedge clk) begin
 		if (rst) begin
-			wc <= '0;
-			rc <= '0;
+			mcount <= '0;
 			mnz <= 1'b0;
 			mgt1 <= 1'b0;
 			level <= '0;
 		end else begin
-			if (push_q)
-				wc <= wc + 1'b1;
-			if (ld[0])
-				rc <= rc + 1'b1;
+			if (up)
+				mcount <= mcount + 1'b1;
+			else if (down)
+				mcount <= mcount - 1'b1;
 			mnz <= up || (mnz && !down) || mgt1;
 			mgt1 <= (up && mnz) || (mgt1 && !down) || (mcount > (LOG2+1)'(2));
 			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
