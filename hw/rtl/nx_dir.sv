@@ -1205,7 +1205,9 @@ module nx_dir #(
 	// No ready travels back through it. The issuer asks the data FIFO for a frame's beats,
 	// one a cycle, while the output FIFO the frame goes to (m or c) has room for every
 	// beat asked for and not yet taken from it (a credit count per output, compared a
-	// cycle late: OLIM leaves the place that costs). Each beat comes out of the block
+	// cycle late, so it can pass OLIM by one: OLIM = 2^OLOG2 - 2 keeps it below the
+	// FIFO's 2^OLOG2 beats; taken beats it counts a cycle late, so it is never below
+	// what the FIFO holds). Each beat comes out of the block
 	// RAM's output register two cycles later and goes down a pipeline of plain registers:
 	// P (the beat with the frame's metadata, the meta FIFO's output register: the fixed
 	// fields' bytes and the variable bytes' selects), G (the selected values ORed into the
