@@ -30,15 +30,17 @@
 //             MTU); the checksums' sums and folds (bpf/nx_csum.h's sequence, nx_rewrite
 //             then nx_redirect, one adder or fold per stage) in S6 to S10
 //   S11       the packet's metadata into the meta FIFO, the counters' event, the activity bit
-//   egress    the data FIFO's beats with the metadata (the meta FIFO's output
-//             register): the translated frame (MACs, TTL, address, port or identifier,
-//             both checksums patched in flight) to m_axis, or the frame unchanged to the
-//             CPU stream with its reason; the patch over two register slices (the fixed
-//             fields' bytes and the variable bytes' selects, then their OR), then the m or
-//             c stream's own slice (every tready ends at registers)
+//   egress    an issuer asks the data FIFO for each frame's beats while the output it goes
+//             to has credit; each beat with its frame's metadata (the meta FIFO's output
+//             register) down plain registers (P, G, X: no ready goes back through them):
+//             the translated frame (MACs, TTL, address, port or identifier, both
+//             checksums patched in flight) to m_axis, or the frame unchanged to the CPU
+//             stream with its reason, each through a small output FIFO whose valid and
+//             data are registers (tready only pops it)
 //
 // Every block RAM's output goes straight into a register (the table's ways, the data
-// FIFO's second output register): its clock-to-out never adds to a path through logic.
+// FIFO's read, both the block RAM's own output register on ECP5 after absorb.py): its
+// clock-to-out never adds to a path through logic.
 //
 // Nothing is dropped: a frame the core does not translate goes to the CPU stream. s_tready
 // falls only when the data FIFO is (nearly) full or MDEPTH frames are in flight.

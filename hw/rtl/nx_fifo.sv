@@ -12,8 +12,11 @@
 // control (beside it; the copies' different initial values, never used, keep synthesis
 // from merging them).
 //
-// Also here: nx_slice (a two-entry register slice: valid, data and ready all registered
-// at the outputs) and nx_dly (a plain delay line), the core's pipeline helpers.
+// Also here: nx_rfifo (the data FIFO: block RAM read on request, two cycles), nx_ofifo (a
+// stream output's small FIFO: valid and data registers, ready pops), nx_slice (a
+// two-entry register slice: valid, data and ready all registered at the outputs; the CPU
+// port's) and nx_dly (a plain delay line), the core's pipeline helpers. nx_fifo holds the
+// egress's metadata and frame lengths.
 
 module nx_fifo #(
 	parameter int W = 8,
