@@ -18,7 +18,7 @@
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
 //             checksum's four sums added (s2_sum), then folded (s3_ipf); the outbound next
 //             hop's prefix compares (4-bit pieces)
-//   S3        the ways compared with the key in 7-bit pieces, each into a register; the
+//   S3        the ways compared with the key in 2-bit pieces, each into a register; the
 //             outbound next hops that match (all pieces, valid)
 //   S4        the ways that match (all pieces); the first matching next hop's index
 //   S4b       the hit way (the lowest-numbered) and its fields selected; the outbound next
@@ -358,7 +358,7 @@ module nx_dir #(
 				  : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)}) ^ seed;
 	end
 
-	// ---------------- SB: the hash's first half, the sums in four groups, IPv4 checks ----------------
+	// ---------------- SB: the hash's first half, the pairs two by two, IPv4 checks ----------------
 	logic [17:0] y_grp [0:7];
 	logic y_bip;
 	logic [3:0] y_tbad, y_ubad;  // per place of the transport header: TCP's, UDP's length checks
