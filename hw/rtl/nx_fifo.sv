@@ -108,20 +108,41 @@ module nx_fifo #(
 	logic mgt1, up, down;
 	assign up = push_q && !ld[0];
 	assign down = ld[0] && !push_q;
+	nx_fill u_fill (.clk, .rst, .up, .down, .gt2(mcount > (LOG2+1)'(2)), .nz(mnz), .gt1(mgt1));
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			mcount <= '0;
-			mnz <= 1'b0;
-			mgt1 <= 1'b0;
 			level <= '0;
 		end else begin
 			if (up)
 				mcount <= mcount + 1'b1;
 			else if (down)
 				mcount <= mcount - 1'b1;
-			mnz <= up || (mnz && !down) || mgt1;
-			mgt1 <= (up && mnz) || (mgt1 && !down) || (mcount > (LOG2+1)'(2));
 			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
+		end
+	end
+endmodule
+
+// nx_fill: a FIFO memory's fill flags as registers, nz (it holds a word) and gt1 (more
+// than one), set from this cycle's change (up: a word in and none out; down: one out and
+// none in) and gt2 (more than two now, from the caller's registers), never through a
+// count's adder: the FIFOs' read decisions start from them
+module nx_fill (
+	input  logic clk,
+	input  logic rst,
+	input  logic up,
+	input  logic down,
+	input  logic gt2,
+	output logic nz,
+	output logic gt1
+);
+	always_ff @(posedge clk) begin
+		if (rst) begin
+			nz <= 1'b0;
+			gt1 <= 1'b0;
+		end else begin
+			nz <= up || (nz && !down) || gt1;
+			gt1 <= (up && nz) || (gt1 && !down) || gt2;
 		end
 	end
 endmodule
@@ -201,20 +222,17 @@ module nx_ofifo #(
 	assign down = load && !push;
 	// the words in mem: the pointers' difference (at most DEPTH - 1), from registers only
 	assign gt2 = LOG2'(wptr - rptr) > LOG2'(2);
+	nx_fill u_fill (.clk, .rst, .up, .down, .gt2, .nz(mnz), .gt1(mgt1));
 	always_ff @(posedge clk) begin
 		if (rst) begin
 			wptr <= '0;
 			rptr <= '0;
-			mnz <= 1'b0;
-			mgt1 <= 1'b0;
 			vd <= 1'b0;
 		end else begin
 			if (push)
 				wptr <= wptr + 1'b1;
 			if (load)
 				rptr <= rptr + 1'b1;
-			mnz <= up || (mnz && !down) || mgt1;
-			mgt1 <= (up && mnz) || (mgt1 && !down) || gt2;
 			vd <= load || (vd && !ready);
 		end
 		if (push)
