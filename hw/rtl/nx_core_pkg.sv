@@ -40,19 +40,13 @@ package nx_core_pkg;
 	localparam int EW = 148;
 
 	// a + b (mod 2^32) as a carry select: the low halves' sum, and the high halves' sum with
-	// and without a carry in computed beside it (one adder each: a 1 added below each half
-	// gives the sum plus one), the low half's carry out selecting. Two 16-bit adders' delay
-	// and a select instead of one 32-bit adder's.
+	// and without a carry in computed beside it (nx_csum_pkg::nx_sum1: one adder), the low
+	// half's carry out selecting. Two 16-bit adders' delay and a select instead of one
+	// 32-bit adder's.
 	function automatic logic [31:0] nx_add32(input logic [31:0] a, input logic [31:0] b);
 		logic [16:0] lo;
-		logic [15:0] hi0;
-		/* verilator lint_off UNUSEDSIGNAL */
-		logic [16:0] hi1;  // bits 16..1: the high halves' sum plus one (bit 0 unused)
-		/* verilator lint_on UNUSEDSIGNAL */
 		lo = {1'b0, a[15:0]} + {1'b0, b[15:0]};
-		hi0 = a[31:16] + b[31:16];
-		hi1 = {a[31:16], 1'b1} + {b[31:16], 1'b1};
-		nx_add32 = {lo[16] ? hi1[16:1] : hi0, lo[15:0]};
+		nx_add32 = {lo[16] ? nx_csum_pkg::nx_sum1(a[31:16], b[31:16]) : a[31:16] + b[31:16], lo[15:0]};
 	endfunction
 
 	// The bucket hash of (key address, key port, proto) under the seed; the bucket is its

@@ -47,14 +47,20 @@ package nx_csum_pkg;
 	// selects, so the fold is one adder's delay and a select, not two adders in a row.
 	function automatic logic [15:0] nx_csum_fold(input logic [31:0] c);
 		logic [16:0] s1;
-		/* verilator lint_off UNUSEDSIGNAL */
-		logic [17:0] s1p;  // bits 16..1: the halves' sum plus one (bit 0 is 1 + 1's 0, bit 17 unused)
-		/* verilator lint_on UNUSEDSIGNAL */
 		logic [15:0] s2;
 		s1 = {1'b0, c[15:0]} + {1'b0, c[31:16]};
-		s1p = {1'b0, c[15:0], 1'b1} + {1'b0, c[31:16], 1'b1};
-		s2 = s1[16] ? s1p[16:1] : s1[15:0];
+		s2 = s1[16] ? nx_sum1(c[15:0], c[31:16]) : s1[15:0];
 		nx_csum_fold = ~s2;
+	endfunction
+
+	// a + b + 1 (mod 2^16) in one adder: a 1 added below each operand carries into bit 1
+	// (the carry-select adders' second outcome: the fold's here, nx_core_pkg::nx_add32's)
+	function automatic logic [15:0] nx_sum1(input logic [15:0] a, input logic [15:0] b);
+		/* verilator lint_off UNUSEDSIGNAL */
+		logic [16:0] s;    // bits 16..1: the sum plus one (bit 0 is 1 + 1's 0)
+		/* verilator lint_on UNUSEDSIGNAL */
+		s = {a, 1'b1} + {b, 1'b1};
+		nx_sum1 = s[16:1];
 	endfunction
 
 	// ~from's halves plus to's halves: at most 4 * 0xffff, 18 bits.

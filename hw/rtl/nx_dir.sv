@@ -391,7 +391,7 @@ module nx_dir #(
 	// each of the four places, S1 selects by IHL[1:0] (b_ihl); the length's own checks
 	logic [3:0] b_tbad4, b_ubad4;
 	logic [1:0] b_ihl;
-	logic b_tlen, b_ulen, b_ibad;
+	logic b_tlen, b_lt8;          // l4len < 20; l4len < 8 (UDP's and ICMP's)
 	logic [1:0] b_penc;
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -406,8 +406,7 @@ module nx_dir #(
 		b_ubad4 <= y_ubad;
 		b_ihl <= a_ihl_c;
 		b_tlen <= a_l4len < 16'd20;
-		b_ulen <= a_l4len < 16'd8;
-		b_ibad <= a_l4len < 16'd8;
+		b_lt8 <= a_l4len < 16'd8;
 		// the offsets of the port (identifier) and of the transport checksum in the frame
 		// (a_hl14: 14 + 4 * IHL, from SA)
 		b_poff <= a_hl14 + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
@@ -472,12 +471,12 @@ module nx_dir #(
 		end
 		nx_core_pkg::P_UDP: begin
 			q_penc = nx_core_pkg::P_UDP;
-			q_bl4 = b_ubad4[b_ihl] || b_ulen;  // udp.len < 8, udp.len > l4len; l4len < 8 (SB)
+			q_bl4 = b_ubad4[b_ihl] || b_lt8;  // udp.len < 8, udp.len > l4len; l4len < 8 (SB)
 			q_l4c = {q_l4[55:48], q_l4[63:56]};
 		end
 		nx_core_pkg::P_ICMP: begin
 			q_penc = nx_core_pkg::P_ICMP;
-			q_bl4 = b_ibad;  // l4len < 8 (SB)
+			q_bl4 = b_lt8;  // l4len < 8 (SB)
 			q_icmp = (q_type != 8'd0) && (q_type != 8'd8);
 			q_l4c = {q_l4[23:16], q_l4[31:24]};
 		end
@@ -1190,17 +1189,16 @@ module nx_dir #(
 	logic m_valid, l_valid, l_pop;
 	logic [MW-1:0] m_out;
 	logic [LW-1:0] l_out;
-	logic [MLOG2:0] m_lvl, l_lvl; // unused: the count of frames in flight bounds both
 	nx_fifo #(.W(MW), .LOG2(MLOG2), .SPLIT(4)) u_meta (
 		.clk, .rst, .push(f_valid),
 		.din({f_reason, f_mac, f_ttl, f_ipc, f_xaddr, f_xport,
 		      f_poff, f_l4c, f_coff, f_poff + 7'd1, f_coff + 7'd1}),
-		.pop(meta_pop), .valid(m_valid), .dout(m_out), .level(m_lvl)
+		.pop(meta_pop), .valid(m_valid), .dout(m_out)
 	);
 	nx_fifo #(.W(LW), .LOG2(MLOG2)) u_len (
 		.clk, .rst, .push(f_valid),
 		.din({f_reason != nx_core_pkg::R_XLATE, f_nb == (DLOG2+1)'(1), f_nb}),
-		.pop(l_pop), .valid(l_valid), .dout(l_out), .level(l_lvl)
+		.pop(l_pop), .valid(l_valid), .dout(l_out)
 	);
 
 	// ---------------- egress ----------------

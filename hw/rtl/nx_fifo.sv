@@ -6,8 +6,9 @@
 // logic, and its read is decided from registers alone (a read whenever the three hold at
 // most two words), so pop reaches only the output and skid registers' enables. One push
 // and one pop per cycle; a pop while valid is low is ignored (the caller need not AND it
-// with valid, so each column's enables see the caller's registers and their own). level counts the words held (storage and the three registers);
-// the caller keeps it at most DEPTH. SPLIT > 1 cuts the storage and the output registers
+// with valid, so each column's enables see the caller's registers and their own). The
+// caller keeps the words held at most DEPTH (the core: by its count of frames in flight).
+// SPLIT > 1 cuts the storage and the output registers
 // into that many column slices, each with its own copy of the pointers and of the output
 // control (beside it; the copies' different initial values, never used, keep synthesis
 // from merging them).
@@ -29,8 +30,7 @@ module nx_fifo #(
 	input  logic [W-1:0] din,
 	input  logic         pop,
 	output logic         valid,
-	output logic [W-1:0] dout,
-	output logic [LOG2:0] level
+	output logic [W-1:0] dout
 );
 	localparam int DEPTH = 1 << LOG2;
 
@@ -110,16 +110,12 @@ module nx_fifo #(
 	assign down = ld[0] && !push_q;
 	nx_fill u_fill (.clk, .rst, .up, .down, .gt2(mcount > (LOG2+1)'(2)), .nz(mnz), .gt1(mgt1));
 	always_ff @(posedge clk) begin
-		if (rst) begin
+		if (rst)
 			mcount <= '0;
-			level <= '0;
-		end else begin
-			if (up)
-				mcount <= mcount + 1'b1;
-			else if (down)
-				mcount <= mcount - 1'b1;
-			level <= level + (LOG2+1)'(push) - (LOG2+1)'(pop && valid);
-		end
+		else if (up)
+			mcount <= mcount + 1'b1;
+		else if (down)
+			mcount <= mcount - 1'b1;
 	end
 endmodule
 
