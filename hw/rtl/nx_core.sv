@@ -102,7 +102,7 @@ module nx_core #(
 	logic [1:0] ev_valid;
 	logic [4:0] ev_reason [0:1];
 
-	logic wr, rdq, ar_pend, ar_pend2;
+	logic wr, rdq, ar_pend, ar_pend2, ar_pend3;
 	// AXI4-Lite writes: accepted, then applied, then answered. The accepted address
 	// (decoded one-hot as it is taken, aw_dec) and data go into registers (wd_a); in the
 	// next cycle the decode is qualified with the write into registers (wsel0), the
@@ -136,7 +136,7 @@ module nx_core #(
 	assign s_axil_wready = wr;
 	assign s_axil_bresp = 2'b00;
 	assign s_axil_rresp = 2'b00;
-	assign rdq = s_axil_arvalid && !s_axil_rvalid && !ar_pend && !ar_pend2;
+	assign rdq = s_axil_arvalid && !s_axil_rvalid && !ar_pend && !ar_pend2 && !ar_pend3;
 	assign s_axil_arready = rdq;
 
 	function automatic logic wsel_is(input logic [NWA-1:0] s, input logic [11:0] a);
@@ -245,16 +245,21 @@ module nx_core #(
 		if (wsel_is(wsel, 12'h098)) n_ctl <= wd_n[2:0];
 	end
 
-	// AXI4-Lite reads, three cycles: the address decoded into registers (rsel one-hot for
-	// the registers, the counter's index); the counter's group of eight and the other
-	// registers' value, each into a register; the data
+	// AXI4-Lite reads, four cycles: the address decoded into registers (rsel one-hot for
+	// the registers, the counter's index); the counter's group of four and the other
+	// registers' value in three parts, each into a register; the counter's group of eight
+	// (two groups of four) and the three parts' OR; the data
 	localparam int NRA = 42;  // word addresses 0x000 .. 0x0a4
 	logic [NRA-1:0] rsel;
 	logic [5:0] cidx;          // the counter a read addresses
 	logic rcnt, rcnt2;         // the read is of a counter
-	logic [2:0] cgi;           // the counter's group
+	logic [2:0] cgi, cgi2;     // the counter's group
+	logic cgh;                 // the counter's half of its group of eight (cidx[2])
+	logic [31:0] cq4 [0:8];    // counters 4h + cidx[1:0]
 	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
-	logic [31:0] rfa, rfb, rfc, rfa_d, rfb_d; // the other registers' value: three parts (ACT_DATA the third), ORed in the last cycle
+	logic [31:0] rfa, rfb, rfc, rfa_d, rfb_d; // the other registers' value: three parts (ACT_DATA the third), ORed a cycle later
+	logic [31:0] rfo;
+	logic rcnt3;
 	localparam int NCNT = 2 * NREASON;
 	// the addressed direction's activity snapshot, a register beside the read's mux, a
 	// cycle behind the directions' own (which take the snapshot as its write is answered):
@@ -288,12 +293,14 @@ module nx_core #(
 			s_axil_rvalid <= 1'b0;
 			ar_pend <= 1'b0;
 			ar_pend2 <= 1'b0;
+			ar_pend3 <= 1'b0;
 		end else begin
 			if (s_axil_rvalid && s_axil_rready)
 				s_axil_rvalid <= 1'b0;
 			ar_pend <= rdq;
 			ar_pend2 <= ar_pend;
-			if (ar_pend2)
+			ar_pend3 <= ar_pend2;
+			if (ar_pend3)
 				s_axil_rvalid <= 1'b1;
 		end
 		// decoded every cycle (no enable): the cycle after a read's acceptance uses the
@@ -303,16 +310,24 @@ module nx_core #(
 		rcnt <= s_axil_araddr[11:8] == 4'h2 && {1'b0, s_axil_araddr[6:2]} < 6'(NREASON);
 		cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
 		if (ar_pend) begin
-			for (int g = 0; g < 5; g++)
-				cgrp[g] <= (8 * g + 32'(cidx[2:0]) < NCNT) ? cnt[32 * (8 * g + 32'(cidx[2:0])) +: 32] : 32'd0;
+			for (int h = 0; h < 9; h++)
+				cq4[h] <= (4 * h + 32'(cidx[1:0]) < NCNT) ? cnt[32 * (4 * h + 32'(cidx[1:0])) +: 32] : 32'd0;
 			cgi <= cidx[5:3];
+			cgh <= cidx[2];
 			rcnt2 <= rcnt;
 			rfa <= rfa_d;
 			rfb <= rfb_d;
 			rfc <= rsel[41] ? act_q : 32'd0;
 		end
-		if (ar_pend2)
-			s_axil_rdata <= rcnt2 ? cgrp[cgi] : rfa | rfb | rfc;
+		if (ar_pend2) begin
+			for (int g = 0; g < 5; g++)
+				cgrp[g] <= cgh ? (g < 4 ? cq4[2 * g + 1] : 32'd0) : cq4[2 * g];
+			cgi2 <= cgi;
+			rcnt3 <= rcnt2;
+			rfo <= rfa | rfb | rfc;
+		end
+		if (ar_pend3)
+			s_axil_rdata <= rcnt3 ? cgrp[cgi2] : rfo;
 	end
 
 	// counters at 0x200 + dir * 0x80 + reason * 4 (reason 0: translated; the reasons above

@@ -51,7 +51,7 @@ package nx_core_pkg;
 
 	// The bucket hash of (key address, key port, proto) under the seed; the bucket is its
 	// low bits. docs/HARDWARE.md gives it in Python for the daemon.
-	// In two halves, one per pipeline stage: nx_hash = nx_hash_b(nx_hash_a(...)).
+	// In three steps, one per pipeline stage: nx_hash = nx_hash_c(nx_hash_b(nx_hash_a(...))).
 	function automatic logic [31:0] nx_hash_a(input logic [31:0] addr, input logic [15:0] port,
 						   input logic [1:0] proto, input logic [31:0] seed);
 		logic [31:0] a, b;
@@ -63,13 +63,16 @@ package nx_core_pkg;
 	function automatic logic [31:0] nx_hash_b(input logic [31:0] h1);
 		logic [31:0] h;
 		h = h1 ^ {15'd0, h1[31:15]};
-		h = nx_add32(h, {h[26:0], h[31:27]});
-		nx_hash_b = h ^ {13'd0, h[31:13]};
+		nx_hash_b = nx_add32(h, {h[26:0], h[31:27]});
+	endfunction
+
+	function automatic logic [31:0] nx_hash_c(input logic [31:0] h2);
+		nx_hash_c = h2 ^ {13'd0, h2[31:13]};
 	endfunction
 
 	function automatic logic [31:0] nx_hash(input logic [31:0] addr, input logic [15:0] port,
 						 input logic [1:0] proto, input logic [31:0] seed);
-		nx_hash = nx_hash_b(nx_hash_a(addr, port, proto, seed));
+		nx_hash = nx_hash_c(nx_hash_b(nx_hash_a(addr, port, proto, seed)));
 	endfunction
 
 endpackage

@@ -7,16 +7,17 @@
 //             first 96 bytes are captured; at tlast the header and the frame's length enter
 //             the lookup pipeline (one packet per cycle, so back-to-back frames of any
 //             length never wait for it)
-//   SA        32 bytes from 14 + 16 * IHL[3:2] and the key's port for each of the four
-//             places the transport header can start at in them; the IPv4 header checksum's
-//             words added in pairs
-//   SB        the transport header and the key's port selected by IHL[1:0]; the first half
-//             of the bucket hash; the pairs summed two by two; the IPv4 length checks;
-//             the offsets of the port and the transport checksum
+//   SA        32 bytes from 14 + 16 * IHL[3:2], and the key's port (selected by IHL); the
+//             IPv4 header checksum's words added in pairs
+//   SB        the transport header selected by IHL[1:0]; the bucket hash's first step; the
+//             pairs summed two by two; the IPv4 length checks; the offsets of the port and
+//             the transport checksum
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
-//             bucket hash (the bucket addresses the table); the eight sums two by two
+//             bucket hash's second step; the eight sums two by two
+//   S1b       the bucket (the hash's last step) beside the table's block RAMs, which it
+//             addresses; the four sums two by two
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
-//             checksum's four sums added (s2_sum), then folded (s3_ipf); the outbound next
+//             checksum's two sums added (s2_sum), then folded (s3_ipf); the outbound next
 //             hop's prefix compares (4-bit pieces)
 //   S3        the ways compared with the key in 2-bit pieces, each into a register; the
 //             outbound next hops that match (all pieces, valid)
@@ -233,6 +234,9 @@ module nx_dir #(
 	// header's word pairs SA adds: pair m (words 2m, 2m+1) when m < IHL, into hpair_en
 	// beside the capture (written with the same slice, so it always matches hcap's byte 14)
 	logic [14:0] hpair_en;
+	// with the beat of bytes 16..23, the protocol (byte 23) encoded, into hpenc beside the
+	// capture (the same slice's enable: it always matches hcap's byte 23)
+	logic [1:0] hpenc;
 	always_ff @(posedge clk) begin
 		i_vcap <= in_fire && !rst;
 		i_bsel <= bsel;
@@ -245,6 +249,13 @@ module nx_dir #(
 		if (i_cap[1])
 			for (int m = 0; m < 15; m++)
 				hpair_en[m] <= i_data[48 +: 4] > 4'(m);
+		if (i_cap[2])
+			case (i_data[56 +: 8])
+			8'd6: hpenc <= nx_core_pkg::P_TCP;
+			8'd17: hpenc <= nx_core_pkg::P_UDP;
+			8'd1: hpenc <= nx_core_pkg::P_ICMP;
+			default: hpenc <= 2'd0;
+			endcase
 	end
 
 	// data FIFO: {tlast, tkeep, tdata}, written from a register of its own a cycle after the
@@ -272,7 +283,7 @@ module nx_dir #(
 
 	logic [3:0] z_ihl;
 	logic [255:0] z_l4w;
-	logic [16:0] z_pair [0:14];
+	logic [15:0] z_w [0:29];
 	logic [15:0] z_kpc [0:3];
 	logic [1:0] z_penc;
 	logic [47:0] z_dmac;
@@ -287,17 +298,11 @@ module nx_dir #(
 		2'd2: z_l4w = p0_hdr[8 * 46 +: 256];
 		default: z_l4w = p0_hdr[8 * 30 +: 256];
 		endcase
-		// words 2m and 2m+1 of the IPv4 header (those below 2 * IHL, 30 at most: both
-		// words of pair m or neither, as m < IHL, hpair_en)
-		for (int m = 0; m < 15; m++)
-			z_pair[m] = hpair_en[m] ? {1'b0, hb(p0_hdr, 14 + 4 * m), hb(p0_hdr, 15 + 4 * m)} +
-						  {1'b0, hb(p0_hdr, 16 + 4 * m), hb(p0_hdr, 17 + 4 * m)} : 17'd0;
-		case (hb(p0_hdr, 23))
-		8'd6: z_penc = nx_core_pkg::P_TCP;
-		8'd17: z_penc = nx_core_pkg::P_UDP;
-		8'd1: z_penc = nx_core_pkg::P_ICMP;
-		default: z_penc = 2'd0;
-		endcase
+		// the words of the IPv4 header (those below 2 * IHL, 30 at most: both words of
+		// pair m or neither, as m < IHL, hpair_en), the others 0
+		for (int m = 0; m < 30; m++)
+			z_w[m] = hpair_en[m / 2] ? {hb(p0_hdr, 14 + 2 * m), hb(p0_hdr, 15 + 2 * m)} : 16'd0;
+		z_penc = hpenc;  // byte 23's encoding
 		// the key's port for each of the four places the header can start at in the window
 		for (int c = 0; c < 4; c++)
 			z_kpc[c] = z_penc == nx_core_pkg::P_ICMP ? {z_l4w[32 * c + 32 +: 8], z_l4w[32 * c + 40 +: 8]} :
@@ -309,37 +314,27 @@ module nx_dir #(
 	logic [HB*8-1:0] a_hdr;   // bytes 0..33 used (the rest is optimised away)
 	logic [15:0] a_len;
 	logic [255:0] a_l4w;
-	logic [16:0] a_pair [0:14];
-	logic [15:0] a_kpc [0:3];
-	logic [15:0] a_kport;
+	logic [15:0] a_w [0:29];  // the IPv4 header's words (0 past IHL), for its checksum
+	logic [15:0] a_kport;     // the key's port (selected by IHL here: the hash's add in SB starts from registers)
 	logic [1:0] a_penc;
 	logic [31:0] a_kx;       // the key address XOR the seed (the hash's first step)
-	logic [3:0] a_bip;       // bad_ip's length checks, each a compare from p0's registers
+	logic [15:0] a_lenm14;   // the frame's length - 14, and whether it is below 34 (SB's bad_ip checks)
+	logic a_lt34;
 	logic [6:0] a_hl14;      // 4 * IHL + 14
 	logic [7:0] a_mac_eq;    // the destination MAC's 6-bit pieces equal to the port's
 	logic [15:0] a_l4len;    // the transport length: total length - 4 * IHL
-	// IHL[1:0] for SB's selections by it, a copy for each (the key's port, each half of
-	// the transport header's 160 bits, the length checks): no select fans out over all
-	// of them (the copies' different initial values, never used, keep synthesis from
-	// merging them)
-	logic [1:0] a_ihl_k = 2'd0, a_ihl_l0 = 2'd1, a_ihl_l1 = 2'd2, a_ihl_c = 2'd3;
+	// IHL[1:0] for SB's selections by it, a copy for each (each half of the transport
+	// header's 160 bits, the length checks): no select fans out over all of them (the
+	// copies' different initial values, never used, keep synthesis from merging them)
+	logic [1:0] a_ihl_l0 = 2'd1, a_ihl_l1 = 2'd2, a_ihl_c = 2'd3;
 	always_ff @(posedge clk) begin
 		if (rst)
 			a_valid <= 1'b0;
 		else
 			a_valid <= p0_valid;
-		// below 34 bytes; version, IHL < 5, total length < 4 * IHL; total length + 14 and
-		// 4 * IHL + 14 beyond the frame (as compares with the length - 14, which wraps only
-		// below 14 bytes, where the first is true). The first and the last follow from the
-		// others (below 14 bytes not_ipv4 comes first); they are nx_parse's checks, kept
-		// as it has them
-		a_bip[0] <= p0_lt34;
-		a_bip[1] <= (p0_hdr[8 * 14 + 4 +: 4] != 4'd4) || (p0_hdr[8 * 14 +: 4] < 4'd5) ||
-			    ({hb(p0_hdr, 16), hb(p0_hdr, 17)} < {10'd0, p0_hdr[8 * 14 +: 4], 2'd0});
-		a_bip[2] <= {hb(p0_hdr, 16), hb(p0_hdr, 17)} > p0_lenm14;
-		a_bip[3] <= {10'd0, p0_hdr[8 * 14 +: 4], 2'd0} > p0_lenm14;
+		a_lenm14 <= p0_lenm14;
+		a_lt34 <= p0_lt34;
 		a_hl14 <= {1'b0, p0_hdr[8 * 14 +: 4], 2'd0} + 7'd14;
-		a_ihl_k <= p0_hdr[8 * 14 +: 2];
 		a_ihl_l0 <= p0_hdr[8 * 14 +: 2];
 		a_ihl_l1 <= p0_hdr[8 * 14 +: 2];
 		a_ihl_c <= p0_hdr[8 * 14 +: 2];
@@ -349,18 +344,16 @@ module nx_dir #(
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
 		a_l4w <= z_l4w;
-		for (int m = 0; m < 15; m++)
-			a_pair[m] <= z_pair[m];
-		for (int c = 0; c < 4; c++)
-			a_kpc[c] <= z_kpc[c];
+		for (int m = 0; m < 30; m++)
+			a_w[m] <= z_w[m];
+		a_kport <= z_kpc[z_ihl[1:0]];
 		a_penc <= z_penc;
 		a_kx <= (DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
 				  : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)}) ^ seed;
 	end
 
-	// ---------------- SB: the hash's first half, the pairs two by two, IPv4 checks ----------------
-	logic [17:0] y_grp [0:7];
-	logic y_bip;
+	// ---------------- SB: the hash's first step, the words in pairs, IPv4 checks ----------------
+	logic [16:0] y_pair [0:14];
 	logic [3:0] y_tbad, y_ubad;  // per place of the transport header: TCP's, UDP's length checks
 	always_comb begin
 		for (int c = 0; c < 4; c++) begin
@@ -371,12 +364,10 @@ module nx_dir #(
 			y_tbad[c] = (doff < 4'd5) || ({10'd0, doff, 2'd0} > a_l4len);
 			y_ubad[c] = (ulen < 16'd8) || (ulen > a_l4len);
 		end
-		a_kport = a_kpc[a_ihl_k];
-		// the header checksum's pairs summed two by two here, the eight sums two by two in
-		// S1, the four in S2: one adder a stage but the last (S3 folds)
-		for (int g = 0; g < 8; g++)
-			y_grp[g] = {1'b0, a_pair[2 * g]} + (g < 7 ? {1'b0, a_pair[(2 * g + 1) % 15]} : 18'd0);
-		y_bip = a_bip != 4'd0;  // and the checksum: S3 folds the sum
+		// the header checksum's words summed in pairs here, then two by two a stage (S1:
+		// eight, S1b: four, S2: two, S3: one), S4 folds: one adder a stage
+		for (int m = 0; m < 15; m++)
+			y_pair[m] = {1'b0, a_w[2 * m]} + {1'b0, a_w[2 * m + 1]};
 	end
 
 	logic b_valid;
@@ -384,9 +375,10 @@ module nx_dir #(
 	logic [15:0] b_len;
 	logic [6:0] b_poff, b_coff;
 	logic [159:0] b_l4;
-	logic [17:0] b_grp [0:7];
+	logic [16:0] b_pair [0:14];
+	logic [3:0] b_bip4;      // bad_ip's length checks (S1 ORs them; S4b adds the checksum)
 	logic [31:0] b_h1;
-	logic b_bip, b_nfu, b_nip;
+	logic b_nfu, b_nip;
 	// the transport header's checks (nx_parse_l4) for TCP, UDP, ICMP: TCP's and UDP's for
 	// each of the four places, S1 selects by IHL[1:0] (b_ihl); the length's own checks
 	logic [3:0] b_tbad4, b_ubad4;
@@ -412,10 +404,19 @@ module nx_dir #(
 		b_poff <= a_hl14 + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
 		b_coff <= a_hl14 + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
 							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
-		for (int g = 0; g < 8; g++)
-			b_grp[g] <= y_grp[g];
+		for (int m = 0; m < 15; m++)
+			b_pair[m] <= y_pair[m];
+		// below 34 bytes; version, IHL < 5, total length < 4 * IHL; total length + 14 and
+		// 4 * IHL + 14 beyond the frame (as compares with the length - 14, which wraps only
+		// below 14 bytes, where the first is true). The first and the last follow from the
+		// others (below 14 bytes not_ipv4 comes first); they are nx_parse's checks, kept
+		// as it has them
+		b_bip4[0] <= a_lt34;
+		b_bip4[1] <= (a_hdr[8 * 14 + 4 +: 4] != 4'd4) || (a_hdr[8 * 14 +: 4] < 4'd5) ||
+			     ({hb(a_hdr, 16), hb(a_hdr, 17)} < {10'd0, a_hdr[8 * 14 +: 4], 2'd0});
+		b_bip4[2] <= {hb(a_hdr, 16), hb(a_hdr, 17)} > a_lenm14;
+		b_bip4[3] <= {10'd0, a_hdr[8 * 14 +: 4], 2'd0} > a_lenm14;
 		b_h1 <= nx_core_pkg::nx_hash_a(a_kx, a_kport, a_penc, 32'd0);  // a_kx: the address XOR the seed
-		b_bip <= y_bip;
 		b_penc <= a_penc;
 		// the Ethernet checks (S1 takes them as they are)
 		b_nfu <= a_mac_eq != 8'hff && !a_hdr[0];  // group addresses (bit 0 of byte 0) are for us (nx_for_us)
@@ -429,7 +430,6 @@ module nx_dir #(
 	logic [3:0] q_ihl;
 	logic [7:0] q_ttl, q_proto;
 	logic [31:0] q_sa, q_da;
-	logic [18:0] q_sum4 [0:3];
 	logic [159:0] q_l4;
 	logic [1:0] q_penc;
 	logic q_bl4, q_icmp, q_tcpc;
@@ -448,8 +448,6 @@ module nx_dir #(
 		q_ipc = {hb(b_hdr, 24), hb(b_hdr, 25)};
 		q_sa = {hb(b_hdr, 26), hb(b_hdr, 27), hb(b_hdr, 28), hb(b_hdr, 29)};
 		q_da = {hb(b_hdr, 30), hb(b_hdr, 31), hb(b_hdr, 32), hb(b_hdr, 33)};
-		for (int g = 0; g < 4; g++)
-			q_sum4[g] = {1'b0, b_grp[2 * g]} + {1'b0, b_grp[2 * g + 1]};
 		q_l4 = b_l4;
 		q_sport = {q_l4[7:0], q_l4[15:8]};
 		q_dport = {q_l4[23:16], q_l4[31:24]};
@@ -492,10 +490,11 @@ module nx_dir #(
 	logic [15:0] s1_kport, s1_rport, s1_tot, s1_ipc, s1_l4c;
 	logic [7:0] s1_ttl8, s1_proto8;
 	logic [6:0] s1_poff, s1_coff;
-	logic [BLOG2-1:0] s1_bucket;
-	logic [18:0] s1_sum4 [0:3];
+	logic [31:0] s1_h2;             // the hash but its last step (S1b's)
+	logic s1_pb;                    // the slot carries port B's request, not a lookup
+	logic [17:0] s1_grp [0:7];
 	logic [BLOG2-1:0] pb_addr;      // port B's request: the bucket (the table, below)
-	logic pb_pend, pb_go, s1_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S2, S3
+	logic pb_pend, pb_go, s1_rb, s1b_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S1b, S2, S3
 
 	always_ff @(posedge clk) begin
 		if (rst)
@@ -505,7 +504,7 @@ module nx_dir #(
 		s1_dis <= !enable;
 		s1_nfu <= b_nfu;
 		s1_nip <= b_nip;
-		s1_bip <= b_bip;
+		s1_bip <= b_bip4 != 4'd0;  // and the checksum: S4 folds the sum
 		s1_pool <= DIR == 0 ? ((q_da & pool_mask) == pool_base) : ((q_da & pool_mask) != pool_base);
 		s1_ttl <= q_ttl <= 8'd1;
 		s1_frag <= q_fragw[13:0] != 14'd0;
@@ -528,10 +527,49 @@ module nx_dir #(
 		s1_coff <= b_coff;
 		// an idle slot (no header in SB) carries a waiting read back (or commit) to the
 		// table instead
-		s1_bucket <= pb_go ? pb_addr : q_hash[BLOG2-1:0];
+		s1_h2 <= q_hash;
+		s1_pb <= pb_go;
 		s1_rb <= pb_go && !pb_wr;
+		for (int g = 0; g < 8; g++)
+			s1_grp[g] <= {1'b0, b_pair[2 * g]} + (g < 7 ? {1'b0, b_pair[(2 * g + 1) % 15]} : 18'd0);
+	end
+
+	// ---------------- S1b: the bucket (the hash's last step, or port B's) beside the
+	// table's block RAMs; the header checksum's four sums two by two ----------------
+	logic s1b_valid;
+	logic s1b_dis, s1b_nfu, s1b_nip, s1b_bip, s1b_pool, s1b_ttl, s1b_frag, s1b_proto, s1b_bl4, s1b_icmp, s1b_tcpc;
+	logic [1:0] s1b_penc;
+	logic [31:0] s1b_kaddr, s1b_raddr, s1b_da;
+	logic [15:0] s1b_kport, s1b_rport, s1b_tot, s1b_ipc, s1b_l4c;
+	logic [7:0] s1b_ttl8, s1b_proto8;
+	logic [6:0] s1b_poff, s1b_coff;
+	logic [BLOG2-1:0] s1b_bucket;
+	logic [18:0] s1b_sum4 [0:3];
+	logic [31:0] q_bkt;
+	assign q_bkt = nx_core_pkg::nx_hash_c(s1_h2);
+	always_ff @(posedge clk) begin
+		if (rst)
+			s1b_valid <= 1'b0;
+		else
+			s1b_valid <= s1_valid;
+		{s1b_dis, s1b_nfu, s1b_nip, s1b_bip, s1b_pool, s1b_ttl, s1b_frag, s1b_proto, s1b_bl4, s1b_icmp, s1b_tcpc} <=
+			{s1_dis, s1_nfu, s1_nip, s1_bip, s1_pool, s1_ttl, s1_frag, s1_proto, s1_bl4, s1_icmp, s1_tcpc};
+		s1b_penc <= s1_penc;
+		s1b_kaddr <= s1_kaddr;
+		s1b_raddr <= s1_raddr;
+		s1b_da <= s1_da;
+		s1b_kport <= s1_kport;
+		s1b_rport <= s1_rport;
+		s1b_tot <= s1_tot;
+		s1b_ipc <= s1_ipc;
+		s1b_l4c <= s1_l4c;
+		s1b_ttl8 <= s1_ttl8;
+		s1b_proto8 <= s1_proto8;
+		s1b_poff <= s1_poff;
+		s1b_coff <= s1_coff;
+		s1b_bucket <= s1_pb ? pb_addr : q_bkt[BLOG2-1:0];
 		for (int g = 0; g < 4; g++)
-			s1_sum4[g] <= q_sum4[g];
+			s1b_sum4[g] <= {1'b0, s1_grp[2 * g]} + {1'b0, s1_grp[2 * g + 1]};
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
@@ -553,17 +591,19 @@ module nx_dir #(
 	logic [3:0] pb_way;             // the way a commit writes or a read back reads (none above WAYS - 1)
 	logic pb_wr;                    // the request is a commit
 	logic pb_wdone;                 // the commit's slot (its word written, if its way exists)
+	logic pb_cw;                    // pb_go a cycle on, for a commit
 	// A request waits (pb_pend) for a cycle in which SB holds no header: pb_go, set the
-	// cycle before from SA's valid, marks that slot: S1 holds no lookup in the cycle after,
-	// when a read back's bucket is read (S1 carries it) or a commit's word written
+	// cycle before from SA's valid, marks that slot: S1b holds no lookup two cycles after,
+	// when a read back's bucket is read (S1 and S1b carry it) or a commit's word written
 	// (pb_we). Frames of two beats or more leave such a slot at least every other cycle;
 	// only single-beat frames back to back hold a request off, for as long as they last
 	// (the register write's answer waits, the frames do not). pb_done: the read back is
 	// in tr_data, or the commit's word written.
 	always_ff @(posedge clk) begin
+		pb_cw <= pb_go && pb_wr;
 		for (int w = 0; w < WAYS; w++)
-			pb_we[w] <= pb_go && pb_wr && pb_way == 4'(w);
-		pb_wdone <= pb_go && pb_wr;   // whatever the way (none above WAYS - 1 is written)
+			pb_we[w] <= pb_cw && pb_way == 4'(w);
+		pb_wdone <= pb_cw;   // whatever the way (none above WAYS - 1 is written)
 		if (tw_en || tr_en) begin
 			pb_addr <= tw_en ? tw_bucket : tr_bucket;
 			pb_way <= tw_en ? tw_way : tr_way;
@@ -576,7 +616,8 @@ module nx_dir #(
 			pb_pend <= 1'b1;
 		else if (pb_go)
 			pb_pend <= 1'b0;
-		s2_rb <= s1_rb;
+		s1b_rb <= s1_rb;
+		s2_rb <= s1b_rb;
 		s3_rb <= s2_rb;
 		pb_done <= s3_rb || pb_wdone;
 		if (s3_rb) begin
@@ -586,11 +627,13 @@ module nx_dir #(
 					tr_data <= rq[w];
 		end
 		if (rst) begin
+			pb_cw <= 1'b0;
 			pb_we <= '0;
 			pb_wdone <= 1'b0;
 			pb_pend <= 1'b0;
 			pb_go <= 1'b0;
 			s1_rb <= 1'b0;
+			s1b_rb <= 1'b0;
 			s2_rb <= 1'b0;
 			s3_rb <= 1'b0;
 			pb_done <= 1'b0;
@@ -613,7 +656,7 @@ module nx_dir #(
 				w_data <= pb_data;
 			end
 			always_ff @(posedge clk) begin
-				rd[gw] <= mem[s1_bucket];
+				rd[gw] <= mem[s1b_bucket];
 			end
 			always_ff @(posedge clk) begin
 				if (pb_we[gw])
@@ -631,30 +674,31 @@ module nx_dir #(
 	logic [7:0] s2_ttl8, s2_proto8;
 	logic [6:0] s2_poff, s2_coff;
 	logic [BLOG2-1:0] s2_bucket;
-	logic [31:0] s2_sum;
+	logic [19:0] s2_sum2 [0:1];
 
 	always_ff @(posedge clk) begin
 		if (rst)
 			s2_valid <= 1'b0;
 		else
-			s2_valid <= s1_valid;
+			s2_valid <= s1b_valid;
 		{s2_dis, s2_nfu, s2_nip, s2_bip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc} <=
-			{s1_dis, s1_nfu, s1_nip, s1_bip, s1_pool, s1_ttl, s1_frag, s1_proto, s1_bl4, s1_icmp, s1_tcpc};
-		s2_penc <= s1_penc;
-		s2_kaddr <= s1_kaddr;
-		s2_raddr <= s1_raddr;
-		s2_da <= s1_da;
-		s2_kport <= s1_kport;
-		s2_rport <= s1_rport;
-		s2_tot <= s1_tot;
-		s2_ipc <= s1_ipc;
-		s2_l4c <= s1_l4c;
-		s2_ttl8 <= s1_ttl8;
-		s2_proto8 <= s1_proto8;
-		s2_poff <= s1_poff;
-		s2_coff <= s1_coff;
-		s2_bucket <= s1_bucket;
-		s2_sum <= ({13'd0, s1_sum4[0]} + {13'd0, s1_sum4[1]}) + ({13'd0, s1_sum4[2]} + {13'd0, s1_sum4[3]});
+			{s1b_dis, s1b_nfu, s1b_nip, s1b_bip, s1b_pool, s1b_ttl, s1b_frag, s1b_proto, s1b_bl4, s1b_icmp, s1b_tcpc};
+		s2_penc <= s1b_penc;
+		s2_kaddr <= s1b_kaddr;
+		s2_raddr <= s1b_raddr;
+		s2_da <= s1b_da;
+		s2_kport <= s1b_kport;
+		s2_rport <= s1b_rport;
+		s2_tot <= s1b_tot;
+		s2_ipc <= s1b_ipc;
+		s2_l4c <= s1b_l4c;
+		s2_ttl8 <= s1b_ttl8;
+		s2_proto8 <= s1b_proto8;
+		s2_poff <= s1b_poff;
+		s2_coff <= s1b_coff;
+		s2_bucket <= s1b_bucket;
+		for (int g = 0; g < 2; g++)
+			s2_sum2[g] <= {1'b0, s1b_sum4[2 * g]} + {1'b0, s1b_sum4[2 * g + 1]};
 	end
 
 
@@ -764,7 +808,7 @@ module nx_dir #(
 	logic [7:0] s3_ttl8, s3_proto8;
 	logic [6:0] s3_poff, s3_coff;
 	logic [BLOG2-1:0] s3_bucket;
-	logic [15:0] s3_ipf;
+	logic [20:0] s3_sum;
 	logic [NH*8-1:0] n3_c;
 
 	always_ff @(posedge clk) begin
@@ -783,7 +827,7 @@ module nx_dir #(
 		s3_poff <= s2_poff;
 		s3_coff <= s2_coff;
 		s3_bucket <= s2_bucket;
-		s3_ipf <= nx_csum_pkg::nx_csum_fold(s2_sum);
+		s3_sum <= {1'b0, s2_sum2[0]} + {1'b0, s2_sum2[1]};
 		for (int w = 0; w < WAYS; w++)
 			rq[w] <= rd[w];
 		n3_c <= DIR == 0 ? nh_cmp(s2_da, nh_addr, nh_mask) : '0;
@@ -822,11 +866,13 @@ module nx_dir #(
 	logic [WAYS-1:0] s4_hv;
 	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
 	logic [NH-1:0] n4_m;
+	logic [15:0] s4_ipf;            // the IPv4 header checksum's verdict: 0 when it is right
 
 	always_ff @(posedge clk) begin
 		{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc} <=
 			{s3_dis, s3_nfu, s3_nip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc};
-		s4_bip <= s3_bip || (s3_ipf != 16'd0);
+		s4_bip <= s3_bip;
+		s4_ipf <= nx_csum_pkg::nx_csum_fold({11'd0, s3_sum});
 		s4_penc <= s3_penc;
 		s4_kaddr <= s3_kaddr;
 		s4_kport <= s3_kport;
@@ -862,8 +908,9 @@ module nx_dir #(
 	logic n4b_any;
 
 	always_ff @(posedge clk) begin
-		{s4b_dis, s4b_nfu, s4b_nip, s4b_bip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
-			{s4_dis, s4_nfu, s4_nip, s4_bip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
+		{s4b_dis, s4b_nfu, s4b_nip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
+			{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
+		s4b_bip <= s4_bip || (s4_ipf != 16'd0);
 		s4b_penc <= s4_penc;
 		s4b_kaddr <= s4_kaddr;
 		s4b_kport <= s4_kport;
@@ -1118,10 +1165,13 @@ module nx_dir #(
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
 	// a word. The bits are a memory of AWORDS_P words (block RAM from 4k entries up; not
 	// cleared by reset, zero at configuration, like the table), one operation a cycle, each
-	// read in its first cycle and written back in its second: a set ORs its bit in, a
-	// snapshot copies the word into act_word and writes 0. The write of the cycle before
-	// is forwarded to a read of the same word, whatever the memory returns for a read of
-	// a word being written. A set goes first; a snapshot waits for a cycle without one.
+	// read in its first cycle, its new word computed into a register in its second and
+	// written from there in its third (the memory's write data, address and enable all
+	// registers): a set ORs its bit in, a snapshot copies the word into act_word and
+	// writes 0. The two operations before one are still on their way to the memory when
+	// it reads, so their words are forwarded to it (which, from two equality bits taken
+	// beside the issue), whatever the memory returns for a read of a word being written.
+	// A set goes first; a snapshot waits for a cycle without one.
 	// Translated frames are 42 bytes (6 beats) or more and the pipeline keeps their
 	// spacing, so a snapshot waits one cycle at most: requested in cycle t (the core's
 	// act_snap), act_word holds it from t + 3 (t + 4 after a set), by the register write's
@@ -1136,9 +1186,13 @@ module nx_dir #(
 	logic o_v, o_snap;             // the operation whose word is read this cycle
 	logic [AWL-1:0] o_a;
 	logic [31:0] o_b, o_rd, o_old, o_new;
+	logic n_v;                     // the write of this cycle (the operation before)
+	logic [AWL-1:0] n_a;
+	logic [31:0] n_d;
 	logic w_v;                     // the write of the cycle before
 	logic [AWL-1:0] w_a;
 	logic [31:0] w_d;
+	logic fw_n, fw_w;              // the operation read this cycle is on n's word, on w's
 	initial
 		for (int w = 0; w < AWORDS_P; w++)
 			act_mem[w] = 32'd0;
@@ -1152,12 +1206,16 @@ module nx_dir #(
 	end
 	assign i_snap = (act_snap_l || a_pend) && !f_set;
 	assign i_a = f_set ? f_seta : act_snap_l ? act_idx_l : a_pidx;
-	assign o_old = w_v && w_a == o_a ? w_d : o_rd;
+	assign o_old = fw_n ? n_d : fw_w ? w_d : o_rd;
 	assign o_new = o_snap ? 32'd0 : o_old | o_b;
 	always_ff @(posedge clk) begin
 		o_rd <= act_mem[i_a];
-		if (o_v)
-			act_mem[o_a] <= o_new;
+		if (n_v)
+			act_mem[n_a] <= n_d;
+		// the operation issued now is read next cycle, when the one in o is in n and
+		// the one in n is in w
+		fw_n <= o_v && o_a == i_a;
+		fw_w <= n_v && n_a == i_a;
 		a_pend <= (act_snap_l || a_pend) && f_set;
 		if (act_snap_l)
 			a_pidx <= act_idx_l;
@@ -1165,21 +1223,27 @@ module nx_dir #(
 		o_snap <= i_snap;
 		o_a <= i_a;
 		o_b <= f_setb;
-		w_v <= o_v;
-		w_a <= o_a;
-		w_d <= o_new;
+		n_v <= o_v;
+		n_a <= o_a;
+		n_d <= o_new;
+		w_v <= n_v;
+		w_a <= n_a;
+		w_d <= n_d;
 		if (o_v && o_snap)
 			act_word <= o_old;
 		if (rst) begin
 			a_pend <= 1'b0;
 			o_v <= 1'b0;
+			n_v <= 1'b0;
 			w_v <= 1'b0;
+			fw_n <= 1'b0;
+			fw_w <= 1'b0;
 		end
 	end
 
 	// the frame's beats, beside the lookup pipeline from p0 to the result (f_*): 14 stages
 	logic [DLOG2:0] f_nb;
-	nx_dly #(.W(DLOG2 + 1), .N(14)) u_nb (.clk, .d(p0_nb), .q(f_nb));
+	nx_dly #(.W(DLOG2 + 1), .N(15)) u_nb (.clk, .d(p0_nb), .q(f_nb));
 
 	// meta FIFO: {reason, dmac, smac, ttl, ipc, addr, port, poff, l4c, coff, poff + 1,
 	// coff + 1}, read at the egress's patch stage; the length FIFO: {to the CPU, one beat,
