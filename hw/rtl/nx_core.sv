@@ -257,13 +257,14 @@ module nx_core #(
 	logic cgh;                 // the counter's half of its group of eight (cidx[2])
 	logic [31:0] cq4 [0:8];    // counters 4h + cidx[1:0]
 	logic [31:0] cgrp [0:4];   // counters 8g + cidx[2:0]
-	logic [31:0] rfa, rfb, rfc, rfa_d, rfb_d; // the other registers' value: three parts (ACT_DATA the third), ORed a cycle later
+	logic [31:0] rfa, rfb, rfa_d, rfb_d; // the other registers' value: two parts, ORed with ACT_DATA a cycle later
 	logic [31:0] rfo;
-	logic rcnt3;
+	logic rcnt3, ract;
 	localparam int NCNT = 2 * NREASON;
 	// the addressed direction's activity snapshot, a register beside the read's mux, a
-	// cycle behind the directions' own (which take the snapshot as its write is answered):
-	// a read accepted after the answer takes its value two cycles later, from this copy
+	// cycle behind the directions' own (which hold the snapshot from a cycle after its
+	// write is answered): a read accepted with the answer or later takes its value from
+	// this copy in its third cycle
 	logic [31:0] act_q;
 	always_ff @(posedge clk)
 		act_q <= act_dir ? act_word[1] : act_word[0];
@@ -317,14 +318,14 @@ module nx_core #(
 			rcnt2 <= rcnt;
 			rfa <= rfa_d;
 			rfb <= rfb_d;
-			rfc <= rsel[41] ? act_q : 32'd0;
+			ract <= rsel[41];
 		end
 		if (ar_pend2) begin
 			for (int g = 0; g < 5; g++)
 				cgrp[g] <= cgh ? (g < 4 ? cq4[2 * g + 1] : 32'd0) : cq4[2 * g];
 			cgi2 <= cgi;
 			rcnt3 <= rcnt2;
-			rfo <= rfa | rfb | rfc;
+			rfo <= rfa | rfb | (ract ? act_q : 32'd0);
 		end
 		if (ar_pend3)
 			s_axil_rdata <= rcnt3 ? cgrp[cgi2] : rfo;

@@ -1164,18 +1164,19 @@ module nx_dir #(
 
 	// activity: set by a translated packet, snapshot-and-clear by the control plane, 32 bits
 	// a word. The bits are a memory of AWORDS_P words (block RAM from 4k entries up; not
-	// cleared by reset, zero at configuration, like the table), one operation a cycle, each
-	// read in its first cycle, its new word computed into a register in its second and
-	// written from there in its third (the memory's write data, address and enable all
-	// registers): a set ORs its bit in, a snapshot copies the word into act_word and
-	// writes 0. The two operations before one are still on their way to the memory when
-	// it reads, so their words are forwarded to it (which, from two equality bits taken
-	// beside the issue), whatever the memory returns for a read of a word being written.
-	// A set goes first; a snapshot waits for a cycle without one.
+	// cleared by reset, zero at configuration, like the table), one operation a cycle: issued
+	// into registers (r: the memory's read address a register), its word read in the next
+	// cycle, its new word computed into a register in the one after and written from
+	// there in the next (the memory's write data, address and enable all registers): a
+	// set ORs its bit in, a snapshot copies the word into act_word and writes 0. The two
+	// operations before one are still on their way to the memory when it reads, so their
+	// words are forwarded to it (which, from two equality bits taken beside the read),
+	// whatever the memory returns for a read of a word being written. A set goes first; a
+	// snapshot waits for a cycle without one.
 	// Translated frames are 42 bytes (6 beats) or more and the pipeline keeps their
 	// spacing, so a snapshot waits one cycle at most: requested in cycle t (the core's
-	// act_snap), act_word holds it from t + 3 (t + 4 after a set), by the register write's
-	// answer. No hit is lost:
+	// act_snap), act_word holds it from t + 4 (t + 5 after a set), by the time a read
+	// accepted with the register write's answer takes it (nx_core). No hit is lost:
 	// a set before the snapshot is in it, one after it stays set.
 	localparam int AWL = EB - 5;
 	logic [31:0] act_mem [0:AWORDS_P-1];
@@ -1183,7 +1184,10 @@ module nx_dir #(
 	logic [AWL-1:0] a_pidx;
 	logic i_snap;                  // the operation issued this cycle is a snapshot
 	logic [AWL-1:0] i_a;
-	logic o_v, o_snap;             // the operation whose word is read this cycle
+	logic r_v, r_snap;             // the operation issued the cycle before (its word read this cycle)
+	logic [AWL-1:0] r_a;
+	logic [31:0] r_b;
+	logic o_v, o_snap;             // the operation whose word was read the cycle before
 	logic [AWL-1:0] o_a;
 	logic [31:0] o_b, o_rd, o_old, o_new;
 	logic n_v;                     // the write of this cycle (the operation before)
@@ -1209,20 +1213,24 @@ module nx_dir #(
 	assign o_old = fw_n ? n_d : fw_w ? w_d : o_rd;
 	assign o_new = o_snap ? 32'd0 : o_old | o_b;
 	always_ff @(posedge clk) begin
-		o_rd <= act_mem[i_a];
+		r_v <= f_set || i_snap;
+		r_snap <= i_snap;
+		r_a <= i_a;
+		r_b <= f_setb;
+		o_rd <= act_mem[r_a];
 		if (n_v)
 			act_mem[n_a] <= n_d;
-		// the operation issued now is read next cycle, when the one in o is in n and
-		// the one in n is in w
-		fw_n <= o_v && o_a == i_a;
-		fw_w <= n_v && n_a == i_a;
+		// the operation read now computes its word next cycle, when the one in o is in
+		// n and the one in n is in w
+		fw_n <= o_v && o_a == r_a;
+		fw_w <= n_v && n_a == r_a;
 		a_pend <= (act_snap_l || a_pend) && f_set;
 		if (act_snap_l)
 			a_pidx <= act_idx_l;
-		o_v <= f_set || i_snap;
-		o_snap <= i_snap;
-		o_a <= i_a;
-		o_b <= f_setb;
+		o_v <= r_v;
+		o_snap <= r_snap;
+		o_a <= r_a;
+		o_b <= r_b;
 		n_v <= o_v;
 		n_a <= o_a;
 		n_d <= o_new;
@@ -1233,6 +1241,7 @@ module nx_dir #(
 			act_word <= o_old;
 		if (rst) begin
 			a_pend <= 1'b0;
+			r_v <= 1'b0;
 			o_v <= 1'b0;
 			n_v <= 1'b0;
 			w_v <= 1'b0;

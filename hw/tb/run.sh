@@ -69,5 +69,13 @@ else
 	echo "FAIL bench: ${msg:-absorb_test.sh did not run (no yosys)}"
 	fail=$((fail + 1))
 fi
+# and floorplan.py places the 1k core's block RAMs as planned, leaving other netlists alone
+if msg=$(sh "$HW/bench/floorplan_test.sh" "$B/floorplan"); then
+	pass=$((pass + 1))
+	echo "bench      $msg"
+else
+	echo "FAIL bench: ${msg:-floorplan_test.sh did not run}"
+	fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
