@@ -8,7 +8,7 @@
 # 5. report.py: plots and the docs section.
 # BENCH_QUICK=1: fewer frames and loads, synthesis and Fmax at 1k only. Each Yosys or nextpnr
 # Yosys run is cut after BENCH_HW_TIMEOUT seconds (default 1200), each nextpnr run after
-# BENCH_HW_PNR_TIMEOUT (default 2400: placement and routing), and reported as not finished.
+# BENCH_HW_PNR_TIMEOUT (default 3600: placement and routing), and reported as not finished.
 # Output: hw/build/bench/ (BENCH_HW_OUT: elsewhere).
 set -u
 HW=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,7 +42,7 @@ for b in $blog2s; do
 	done
 	if [[ -s $O/ecp5_$b.json ]]; then
 		echo "== bench-hw: nextpnr-ecp5 --85k --speed 6, BLOG2=$b"
-		BENCH_HW_PNR_TIMEOUT=${BENCH_HW_PNR_TIMEOUT:-2400} nice "$HW/bench/pnr.sh" $b "$O" "$NEXTPNR" || echo "   not finished (exit $?)"
+		BENCH_HW_PNR_TIMEOUT=${BENCH_HW_PNR_TIMEOUT:-3600} nice "$HW/bench/pnr.sh" $b "$O" "$NEXTPNR" || echo "   not finished (exit $?)"
 		grep "Max frequency" "$O/pnr_ecp5_$b.log" | tail -1
 	fi
 done

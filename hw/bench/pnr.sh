@@ -7,8 +7,8 @@
 # arrival time), the routed delays (routed_ecp5_BLOG2.sdf), the netlist it placed and
 # routed (placed_ecp5_BLOG2.json), paths.py's listing of the paths that miss 6.4 ns
 # (paths_BLOG2.txt) and the seconds taken; BENCH_HW_SEED: the placer's seed (1); cut
-# after BENCH_HW_PNR_TIMEOUT seconds (default 2400: placement takes about 10 minutes on one
-# core, routing with router1, nextpnr-ecp5's default, 3 to 5). BENCH_HW_PNR_ARGS: more
+# after BENCH_HW_PNR_TIMEOUT seconds (default 3600: placement takes about 30 minutes on one
+# core with the floorplan (5 without), routing with router1, nextpnr-ecp5's default, 3 to 5). BENCH_HW_PNR_ARGS: more
 # nextpnr arguments (e.g. --no-route: the placement estimate only; report.py labels it).
 # BENCH_HW_FLOORPLAN=0: no floorplan (by default floorplan.py fixes the block RAMs' sites
 # first, OUTDIR/floorplan_BLOG2.txt says what it did; a netlist it has no plan for goes
@@ -17,13 +17,14 @@ set -u
 blog2=$1 out=$2 nextpnr=$3
 t0=$(date +%s)
 net=$out/ecp5_$blog2.json
+echo "${BENCH_HW_SEED:-1}" >"$out/seed_pnr_$blog2.txt"
 if [[ ${BENCH_HW_FLOORPLAN:-1} != 0 ]]; then
 	python3 "$(dirname "$0")/floorplan.py" "$net" "$out/ecp5_${blog2}_fp.json" >"$out/floorplan_$blog2.txt" 2>&1 &&
 		net=$out/ecp5_${blog2}_fp.json
 else
 	echo "floorplan.py: not run (BENCH_HW_FLOORPLAN=0)" >"$out/floorplan_$blog2.txt"
 fi
-timeout "${BENCH_HW_PNR_TIMEOUT:-2400}" $nextpnr --85k --speed 6 --out-of-context --json "$net" --freq 156.25 \
+timeout "${BENCH_HW_PNR_TIMEOUT:-3600}" $nextpnr --85k --speed 6 --out-of-context --json "$net" --freq 156.25 \
 	--timing-allow-fail --seed ${BENCH_HW_SEED:-1} --report "$out/pnr_ecp5_$blog2.json" --detailed-timing-report \
 	--sdf "$out/routed_ecp5_$blog2.sdf" --write "$out/placed_ecp5_$blog2.json" ${BENCH_HW_PNR_ARGS:-} \
 	>"$out/pnr_ecp5_$blog2.log" 2>&1

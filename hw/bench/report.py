@@ -71,8 +71,12 @@ def fmax(d, blog2):
     got = re.findall(r"Max frequency for clock\s+'([^']*)': ([0-9.]+) MHz", text)
     if not got:
         return None
+    fp = os.path.join(d, "floorplan_%d.txt" % blog2)  # pnr.sh: floorplan.py before nextpnr
+    fp = " block RAMs floorplanned," if os.path.exists(fp) and "placed" in open(fp).read() else ""
     if "Routing complete" in text and len(got) >= 2:
-        return "%.1f (routed)" % float(got[-1][1])
+        sp = os.path.join(d, "seed_pnr_%d.txt" % blog2)  # pnr.sh: BENCH_HW_SEED
+        sd = open(sp).read().strip() if os.path.exists(sp) else "1"
+        return "%.1f (routed,%s seed %s)" % (float(got[-1][1]), fp, sd)
     if not re.search(r"Info: Routing|Setting up routing queue", text):  # pnr.sh with BENCH_HW_PNR_ARGS=--no-route
         return "%.1f (placement estimate, `--no-route`)" % float(got[0][1])
     return "%.1f (placement estimate: routing not finished)" % float(got[0][1])
@@ -195,7 +199,8 @@ def main():
           "before place and route (ECP5: Yosys' count, before absorb.py moves the registers after a block RAM's read data into its output register; ECP5 and iCE40 flattened; UltraScale+ the design hierarchy's totals; "
           "its LUT column leaves out the SRL16E shift registers, which also sit in LUTs); entries are per direction (4 ways × 2^BLOG2 buckets). "
           "Fmax: nextpnr-ecp5 on an ECP5-85 (LFE5U-85F) speed grade 6, out of context (no IO buffers, "
-          "no global clock network: the AXI signals are not pins), one seed. A missing cell was not run "
+          "no global clock network: the AXI signals are not pins), one seed (its cell names it), the 1k "
+          "core's block RAMs on fixed sites (`hw/bench/floorplan.py`) unless its cell says otherwise. A missing cell was not run "
           "or did not finish (see the seconds column). Rows with a commit in their name are earlier "
           "measurements, kept for comparison.", "",
           "| family | entries | LUT | FF | block RAM | other | Yosys s | Fmax (MHz) | nextpnr s |",

@@ -311,8 +311,12 @@ module nx_core #(
 		rcnt <= s_axil_araddr[11:8] == 4'h2 && {1'b0, s_axil_araddr[6:2]} < 6'(NREASON);
 		cidx <= (s_axil_araddr[7] ? 6'(NREASON) : 6'd0) + {1'b0, s_axil_araddr[6:2]};
 		if (ar_pend) begin
-			for (int h = 0; h < 9; h++)
-				cq4[h] <= (4 * h + 32'(cidx[1:0]) < NCNT) ? cnt[32 * (4 * h + 32'(cidx[1:0])) +: 32] : 32'd0;
+			// a counter read has cidx < NCNT (rcnt: the reason below NREASON), so in the
+			// last group (NCNT = 34: two counters) it addresses NCNT - 2 + cidx[0] only;
+			// no read of a counter that does not exist reaches cq4
+			for (int h = 0; h < 8; h++)
+				cq4[h] <= cnt[32 * (4 * h + 32'(cidx[1:0])) +: 32];
+			cq4[8] <= cnt[32 * (NCNT - 2 + 32'(cidx[0])) +: 32];
 			cgi <= cidx[5:3];
 			cgh <= cidx[2];
 			rcnt2 <= rcnt;

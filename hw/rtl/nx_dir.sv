@@ -323,6 +323,7 @@ module nx_dir #(
 	logic [6:0] a_hl14;      // 4 * IHL + 14
 	logic [7:0] a_mac_eq;    // the destination MAC's 6-bit pieces equal to the port's
 	logic [15:0] a_l4len;    // the transport length: total length - 4 * IHL
+	logic a_l4hi;            // a_l4len >= 64 (as a 16-bit value: true when it wraps too)
 	// IHL[1:0] for SB's selections by it, a copy for each (each half of the transport
 	// header's 160 bits, the length checks): no select fans out over all of them (the
 	// copies' different initial values, never used, keep synthesis from merging them)
@@ -339,6 +340,8 @@ module nx_dir #(
 		a_ihl_l1 <= p0_hdr[8 * 14 +: 2];
 		a_ihl_c <= p0_hdr[8 * 14 +: 2];
 		a_l4len <= {hb(p0_hdr, 16), hb(p0_hdr, 17)} - {10'd0, p0_hdr[8 * 14 +: 4], 2'd0};
+		a_l4hi <= ({hb(p0_hdr, 16), hb(p0_hdr, 17)} < {10'd0, p0_hdr[8 * 14 +: 4], 2'd0}) ||
+			  ({hb(p0_hdr, 16), hb(p0_hdr, 17)} >= {10'd0, p0_hdr[8 * 14 +: 4], 2'd0} + 16'd64);
 		for (int c = 0; c < 8; c++)
 			a_mac_eq[c] <= z_dmac[6*c +: 6] == my_mac[6*c +: 6];
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
@@ -361,7 +364,9 @@ module nx_dir #(
 			logic [15:0] ulen;
 			doff = a_l4w[32 * c + 100 +: 4];
 			ulen = {a_l4w[32 * c + 32 +: 8], a_l4w[32 * c + 40 +: 8]};
-			y_tbad[c] = (doff < 4'd5) || ({10'd0, doff, 2'd0} > a_l4len);
+			// doff * 4 > l4len: never when l4len >= 64, else doff > l4len[5:2] (a 4-bit
+			// compare instead of a 16-bit one)
+			y_tbad[c] = (doff < 4'd5) || (!a_l4hi && doff > a_l4len[5:2]);
 			y_ubad[c] = (ulen < 16'd8) || (ulen > a_l4len);
 		end
 		// the header checksum's words summed in pairs here, then two by two a stage (S1:
