@@ -148,7 +148,7 @@ def main():
     tools = open(os.path.join(d, "tools.txt")).read().strip() if os.path.exists(os.path.join(d, "tools.txt")) else "?"
     L = [BEGIN, "", "## Numbers (`make bench-hw`)", ""]
     L.append("Written by `make bench-hw` (hw/bench/: bench.py drives the Verilator testbench, "
-             "synth.sh and pnr.sh run Yosys and nextpnr, report.py writes this section and the plots)%s. "
+             "synth.sh and pnr.sh run Yosys and nextpnr, pnr.sh after floorplan.py has fixed the 1k core's block RAM sites, report.py writes this section and the plots)%s. "
              "Tools: %s." % (" with BENCH_QUICK=1" if sim.get("quick") else "", tools))
     L += ["", "### Throughput against frame size", "",
           "Both inputs fed back to back (tvalid always high, tready always high), one random installed "
