@@ -716,6 +716,23 @@ module nx_dir #(
 			if (m[i])
 				nh_enc = ($clog2(NH))'(i);
 	endfunction
+
+	// the first match's index in two steps, a register between: each group of four's
+	// "any" and lowest index (nh_grp), then the first group with one and its index
+	// (nh_pick); the same as nh_enc, without a 16-input priority chain in one cycle
+	localparam int NG = NH / 4;
+	function automatic logic [3*NG-1:0] nh_grp(input logic [NH-1:0] m);
+		for (int g = 0; g < NG; g++) begin
+			nh_grp[3*g+2] = m[4*g +: 4] != 4'd0;
+			nh_grp[3*g +: 2] = m[4*g] ? 2'd0 : m[4*g+1] ? 2'd1 : m[4*g+2] ? 2'd2 : 2'd3;
+		end
+	endfunction
+	function automatic logic [$clog2(NH):0] nh_pick(input logic [3*NG-1:0] gr);  // {any, index}
+		nh_pick = '0;
+		for (int g = NG - 1; g >= 0; g--)
+			if (gr[3*g+2])
+				nh_pick = {1'b1, ($clog2(NH)-2)'(g), gr[3*g +: 2]};
+	endfunction
 	// Written from the core's staged next hop, DIR + 1 cycles after the commit's enable (the
 	// two copies' different enables also keep synthesis from merging them into one): each
 	// copy sits beside the lookup that reads it.
@@ -909,8 +926,7 @@ module nx_dir #(
 	logic [BLOG2-1:0] s4b_bucket;
 	logic [WAYS-1:0] s4b_hv;          // the ways that match (none: a miss)
 	logic [47:0] s4b_x [0:WAYS-1];
-	logic [$clog2(NH)-1:0] n4b_idx;   // the outbound next hop: the first match's index
-	logic n4b_any;
+	logic [3*NG-1:0] n4b_gr;          // the outbound next hop's matches by group of four (nh_grp)
 
 	always_ff @(posedge clk) begin
 		{s4b_dis, s4b_nfu, s4b_nip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
@@ -930,8 +946,7 @@ module nx_dir #(
 		s4b_hv <= s4_hv;
 		for (int w = 0; w < WAYS; w++)
 			s4b_x[w] <= s4_x[w];
-		n4b_idx <= DIR == 0 ? nh_enc(n4_m) : '0;
-		n4b_any <= DIR == 0 && n4_m != '0;
+		n4b_gr <= DIR == 0 ? nh_grp(n4_m) : '0;
 	end
 
 	// ---------------- S4b: the hit way (the lowest-numbered) and its fields selected; the outbound next hop's fields ----------------
@@ -955,7 +970,7 @@ module nx_dir #(
 	logic [6:0] s5_poff, s5_coff;
 	logic s5_hit;
 	logic [EB-1:0] s5_eidx;
-	logic [RW-1:0] g5;
+	logic [$clog2(NH):0] n5_pick;     // the outbound next hop: {any, the first match's index}
 
 	always_ff @(posedge clk) begin
 		{s5_dis, s5_nfu, s5_nip, s5_bip, s5_pool, s5_ttl, s5_frag, s5_proto, s5_bl4, s5_icmp, s5_tcpc} <=
@@ -974,7 +989,7 @@ module nx_dir #(
 		s5_xaddr <= c_x[31:0];
 		s5_xport <= c_x[47:32];
 		s5_eidx <= EB'(s4b_bucket) * EB'(WAYS) + EB'(c_way);
-		g5 <= DIR == 0 ? {n4b_any, nh_f[n4b_idx]} : '0;
+		n5_pick <= DIR == 0 ? nh_pick(n4b_gr) : '0;
 	end
 
 	// ---------------- S5: the reason's checks before the outbound route (x_pre) and those
@@ -1020,7 +1035,7 @@ module nx_dir #(
 		s6_pre <= x_pre;
 		s6_post <= x_post;
 		s6_mtu <= s5_tot > mtu;
-		r6 <= g5;
+		r6 <= DIR == 0 ? {n5_pick[$clog2(NH)], nh_f[n5_pick[$clog2(NH)-1:0]]} : '0;
 		s6_icmp <= s5_penc == nx_core_pkg::P_ICMP;
 		s6_dlo <= x_dlo;
 		s6_dhi <= x_dhi;
@@ -1067,26 +1082,24 @@ module nx_dir #(
 	// S7: the sums with the old checksums; the inbound next hop's first match
 	logic [31:0] s8_tip, s8_dsum, s8_dttl;
 	logic [15:0] s8_l4c;
-	logic [$clog2(NH)-1:0] n8_idx;
-	logic n8_any;
+	logic [3*NG-1:0] n8_gr;           // the inbound next hop's matches by group of four
 	always_ff @(posedge clk) begin
 		s8_tip <= {16'd0, ~s7_ipc} + s7_dip;
 		s8_dsum <= s7_icmp ? s7_dport : s7_dpp + s7_dhi;
 		s8_dttl <= s7_dttl;
 		s8_l4c <= s7_l4c;
-		n8_idx <= DIR == 1 ? nh_enc(n7_m) : '0;
-		n8_any <= DIR == 1 && n7_m != '0;
+		n8_gr <= DIR == 1 ? nh_grp(n7_m) : '0;
 	end
 
 	// S8: the first folds; the inbound next hop's fields in each group
 	logic [15:0] s9_ipc1;
 	logic [31:0] s9_tl4, s9_dttl;
-	logic [RW-1:0] g9;
+	logic [$clog2(NH):0] n9_pick;     // the inbound next hop: {any, the first match's index}
 	always_ff @(posedge clk) begin
 		s9_ipc1 <= nx_csum_pkg::nx_csum_fold(s8_tip);
 		s9_tl4 <= {16'd0, ~s8_l4c} + s8_dsum;
 		s9_dttl <= s8_dttl;
-		g9 <= DIR == 1 ? {n8_any, nh_f[n8_idx]} : '0;
+		n9_pick <= DIR == 1 ? nh_pick(n8_gr) : '0;
 	end
 
 	// S9: the TTL word's sum; the transport checksum's fold; the inbound next hop's fields
@@ -1097,7 +1110,7 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		s10_tip2 <= {16'd0, ~s9_ipc1} + s9_dttl;
 		s10_l4r <= nx_csum_pkg::nx_csum_fold(s9_tl4);
-		r10_in <= g9;
+		r10_in <= DIR == 1 ? {n9_pick[$clog2(NH)], nh_f[n9_pick[$clog2(NH)-1:0]]} : '0;
 	end
 
 	// S10: the reason (the checks before the outbound route, the outbound route, those
