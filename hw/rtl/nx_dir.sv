@@ -540,14 +540,9 @@ module nx_dir #(
 	end
 
 	// ---------------- S1b: the bucket (the hash's last step, or port B's) beside the
-	// table's block RAMs; the header checksum's four sums two by two ----------------
+	// table's block RAMs; the header checksum's four sums two by two. S1's other fields
+	// ride to S2 through a delay line (S1b has nothing else to do with them) ----------------
 	logic s1b_valid;
-	logic s1b_dis, s1b_nfu, s1b_nip, s1b_bip, s1b_pool, s1b_ttl, s1b_frag, s1b_proto, s1b_bl4, s1b_icmp, s1b_tcpc;
-	logic [1:0] s1b_penc;
-	logic [31:0] s1b_kaddr, s1b_raddr, s1b_da;
-	logic [15:0] s1b_kport, s1b_rport, s1b_tot, s1b_ipc, s1b_l4c;
-	logic [7:0] s1b_ttl8, s1b_proto8;
-	logic [6:0] s1b_poff, s1b_coff;
 	logic [BLOG2-1:0] s1b_bucket;
 	logic [18:0] s1b_sum4 [0:3];
 	logic [31:0] q_bkt;
@@ -557,21 +552,6 @@ module nx_dir #(
 			s1b_valid <= 1'b0;
 		else
 			s1b_valid <= s1_valid;
-		{s1b_dis, s1b_nfu, s1b_nip, s1b_bip, s1b_pool, s1b_ttl, s1b_frag, s1b_proto, s1b_bl4, s1b_icmp, s1b_tcpc} <=
-			{s1_dis, s1_nfu, s1_nip, s1_bip, s1_pool, s1_ttl, s1_frag, s1_proto, s1_bl4, s1_icmp, s1_tcpc};
-		s1b_penc <= s1_penc;
-		s1b_kaddr <= s1_kaddr;
-		s1b_raddr <= s1_raddr;
-		s1b_da <= s1_da;
-		s1b_kport <= s1_kport;
-		s1b_rport <= s1_rport;
-		s1b_tot <= s1_tot;
-		s1b_ipc <= s1_ipc;
-		s1b_l4c <= s1_l4c;
-		s1b_ttl8 <= s1_ttl8;
-		s1b_proto8 <= s1_proto8;
-		s1b_poff <= s1_poff;
-		s1b_coff <= s1_coff;
 		s1b_bucket <= s1_pb ? pb_addr : q_bkt[BLOG2-1:0];
 		for (int g = 0; g < 4; g++)
 			s1b_sum4[g] <= {1'b0, s1_grp[2 * g]} + {1'b0, s1_grp[2 * g + 1]};
@@ -670,7 +650,7 @@ module nx_dir #(
 		end
 	endgenerate
 
-	// ---------------- beside the table read: S1's fields one cycle on ----------------
+	// ---------------- beside the table read: S1's fields two cycles on (S1b's delay) ----------------
 	logic s2_valid;
 	logic s2_dis, s2_nfu, s2_nip, s2_bip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc;
 	logic [1:0] s2_penc;
@@ -681,26 +661,21 @@ module nx_dir #(
 	logic [BLOG2-1:0] s2_bucket;
 	logic [19:0] s2_sum2 [0:1];
 
+	localparam int S2W = 11 + 2 + 3 * 32 + 5 * 16 + 2 * 8 + 2 * 7;
+	nx_dly #(.W(S2W), .N(2)) u_s1s2 (
+		.clk,
+		.d({s1_dis, s1_nfu, s1_nip, s1_bip, s1_pool, s1_ttl, s1_frag, s1_proto, s1_bl4, s1_icmp, s1_tcpc,
+		    s1_penc, s1_kaddr, s1_raddr, s1_da, s1_kport, s1_rport, s1_tot, s1_ipc, s1_l4c,
+		    s1_ttl8, s1_proto8, s1_poff, s1_coff}),
+		.q({s2_dis, s2_nfu, s2_nip, s2_bip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc,
+		    s2_penc, s2_kaddr, s2_raddr, s2_da, s2_kport, s2_rport, s2_tot, s2_ipc, s2_l4c,
+		    s2_ttl8, s2_proto8, s2_poff, s2_coff})
+	);
 	always_ff @(posedge clk) begin
 		if (rst)
 			s2_valid <= 1'b0;
 		else
 			s2_valid <= s1b_valid;
-		{s2_dis, s2_nfu, s2_nip, s2_bip, s2_pool, s2_ttl, s2_frag, s2_proto, s2_bl4, s2_icmp, s2_tcpc} <=
-			{s1b_dis, s1b_nfu, s1b_nip, s1b_bip, s1b_pool, s1b_ttl, s1b_frag, s1b_proto, s1b_bl4, s1b_icmp, s1b_tcpc};
-		s2_penc <= s1b_penc;
-		s2_kaddr <= s1b_kaddr;
-		s2_raddr <= s1b_raddr;
-		s2_da <= s1b_da;
-		s2_kport <= s1b_kport;
-		s2_rport <= s1b_rport;
-		s2_tot <= s1b_tot;
-		s2_ipc <= s1b_ipc;
-		s2_l4c <= s1b_l4c;
-		s2_ttl8 <= s1b_ttl8;
-		s2_proto8 <= s1b_proto8;
-		s2_poff <= s1b_poff;
-		s2_coff <= s1b_coff;
 		s2_bucket <= s1b_bucket;
 		for (int g = 0; g < 2; g++)
 			s2_sum2[g] <= {1'b0, s1b_sum4[2 * g]} + {1'b0, s1b_sum4[2 * g + 1]};
