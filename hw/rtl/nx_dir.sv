@@ -6,19 +6,19 @@
 //   ingress   every beat goes into an input register, from there into the data FIFO; the
 //             first 96 bytes are captured; at tlast the header and the frame's length enter
 //             the lookup pipeline (one packet per cycle, so back-to-back frames of any
-//             length never wait for it)
-//   SA        32 bytes from 14 + 16 * IHL[3:2], and the key's port (selected by IHL); the
-//             IPv4 header checksum's words added in pairs
+//             length never wait for it); the IPv4 header checksum's words summed as the
+//             beats arrive (c_acc, three steps beside the input register)
+//   SA        32 bytes from 14 + 16 * IHL[3:2], and the key's port (selected by IHL)
 //   SB        the transport header selected by IHL[1:0]; the bucket hash's first step; the
-//             pairs summed two by two; the IPv4 length checks; the offsets of the port and
-//             the transport checksum
+//             IPv4 length checks; the offsets of the port and the transport checksum; the
+//             header checksum's sum read (c_acc)
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
-//             bucket hash's second step; the eight sums two by two
+//             bucket hash's second step
 //   S1b       the bucket (the hash's last step) beside the table's block RAMs, which it
-//             addresses; the four sums two by two
+//             addresses; the header checksum's fold, first add
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
-//             checksum's two sums added (s2_sum), then folded (s3_ipf); the outbound next
-//             hop's prefix compares (4-bit pieces)
+//             checksum's fold, second add (its verdict in S3); the outbound next hop's
+//             prefix compares (4-bit pieces)
 //   S3        the ways compared with the key in 2-bit pieces, each into a register; the
 //             outbound next hops that match (all pieces, valid)
 //   S4        the ways that match (all pieces); the first matching next hop's index
@@ -230,10 +230,6 @@ module nx_dir #(
 	// beat's) or not_ipv4, below 34 bad_ip at the latest, and every field past byte 33 is
 	// read only after the IPv4 and transport length checks that precede it in the checks'
 	// order have found it inside the frame (docs/HARDWARE.md)
-	// With the beat of bytes 8..15, IHL (byte 14's low half) decides which of the IPv4
-	// header's word pairs SA adds: pair m (words 2m, 2m+1) when m < IHL, into hpair_en
-	// beside the capture (written with the same slice, so it always matches hcap's byte 14)
-	logic [14:0] hpair_en;
 	// with the beat of bytes 16..23, the protocol (byte 23) encoded, into hpenc beside the
 	// capture (the same slice's enable: it always matches hcap's byte 23)
 	logic [1:0] hpenc;
@@ -246,9 +242,6 @@ module nx_dir #(
 		for (int i = 0; i < HB / 8; i++)
 			if (i_cap[i])
 				hcap[64*i +: 64] <= i_data;
-		if (i_cap[1])
-			for (int m = 0; m < 15; m++)
-				hpair_en[m] <= i_data[48 +: 4] > 4'(m);
 		if (i_cap[2])
 			case (i_data[56 +: 8])
 			8'd6: hpenc <= nx_core_pkg::P_TCP;
@@ -256,6 +249,43 @@ module nx_dir #(
 			8'd1: hpenc <= nx_core_pkg::P_ICMP;
 			default: hpenc <= 2'd0;
 			endcase
+	end
+
+	// the IPv4 header checksum's sum, added as the beats arrive (three steps, a register
+	// after each): each beat's words that are header words (bytes 14 .. 13 + 4 * IHL) in
+	// two pairs, the pairs, then into the sum (started by the beat of bytes 8..15, whose
+	// last word is the header's first). Which of a beat's four words count: word 0 always
+	// (IHL 0 is bad_ip whatever the sum), words 1 .. 2 * IHL - 1 from c_rem, loaded from
+	// IHL with that beat and shifted four words a beat. The sum of a frame whose last beat
+	// was in the input register in cycle t is in c_acc in cycles t + 3 and t + 4 (the next
+	// frame's beat of bytes 8..15 comes at t + 2 at the earliest, and reaches c_acc at t + 5):
+	// SB reads it in t + 3. Words past the frame's end are never added (the bytes past it
+	// are the previous frame's): a header that does not fit the frame is bad_ip anyway
+	logic [28:0] c_rem;            // header words 1..29 (bit k: word k + 1) still to come, as IHL has it
+	logic [3:0] c_en;
+	logic [16:0] c_p0, c_p1;       // the beat's counted words, two by two
+	logic c1_v, c1_first, c2_v, c2_first;
+	logic [17:0] c_s4;
+	logic [20:0] c_acc;
+	always_comb
+		c_en = i_cap[1] ? 4'b1000 : (i_vcap && !i_bsel[0] ? c_rem[3:0] : 4'b0000);
+	always_ff @(posedge clk) begin
+		if (i_cap[1])
+			for (int k = 0; k < 29; k++)
+				c_rem[k] <= 5'(k + 1) < {i_data[48 +: 4], 1'b0};
+		else if (i_vcap)
+			c_rem <= {4'd0, c_rem[28:4]};
+		c_p0 <= (c_en[0] ? {1'b0, i_data[0 +: 8], i_data[8 +: 8]} : 17'd0) +
+			(c_en[1] ? {1'b0, i_data[16 +: 8], i_data[24 +: 8]} : 17'd0);
+		c_p1 <= (c_en[2] ? {1'b0, i_data[32 +: 8], i_data[40 +: 8]} : 17'd0) +
+			(c_en[3] ? {1'b0, i_data[48 +: 8], i_data[56 +: 8]} : 17'd0);
+		c1_v <= c_en != 4'd0;
+		c1_first <= i_cap[1];
+		c_s4 <= {1'b0, c_p0} + {1'b0, c_p1};
+		c2_v <= c1_v;
+		c2_first <= c1_first;
+		if (c2_v)
+			c_acc <= (c2_first ? 21'd0 : c_acc) + {3'd0, c_s4};
 	end
 
 	// data FIFO: {tlast, tkeep, tdata}, written from a register of its own a cycle after the
@@ -275,15 +305,13 @@ module nx_dir #(
 	);
 
 	// ---------------- SA: the transport header's position, partial sums ----------------
-	// (the IHL-dependent selection of the transport header, the header checksum's words
-	// added in pairs, the hash key's port)
+	// (the IHL-dependent selection of the transport header, the hash key's port)
 	function automatic logic [7:0] hb(input logic [HB*8-1:0] h, input int k);
 		hb = h[8*k +: 8];
 	endfunction
 
 	logic [3:0] z_ihl;
 	logic [255:0] z_l4w;
-	logic [15:0] z_w [0:29];
 	logic [15:0] z_kpc [0:3];
 	logic [1:0] z_penc;
 	logic [47:0] z_dmac;
@@ -298,10 +326,6 @@ module nx_dir #(
 		2'd2: z_l4w = p0_hdr[8 * 46 +: 256];
 		default: z_l4w = p0_hdr[8 * 30 +: 256];
 		endcase
-		// the words of the IPv4 header (those below 2 * IHL, 30 at most: both words of
-		// pair m or neither, as m < IHL, hpair_en), the others 0
-		for (int m = 0; m < 30; m++)
-			z_w[m] = hpair_en[m / 2] ? {hb(p0_hdr, 14 + 2 * m), hb(p0_hdr, 15 + 2 * m)} : 16'd0;
 		z_penc = hpenc;  // byte 23's encoding
 		// the key's port for each of the four places the header can start at in the window
 		for (int c = 0; c < 4; c++)
@@ -314,7 +338,6 @@ module nx_dir #(
 	logic [HB*8-1:0] a_hdr;   // bytes 0..33 used (the rest is optimised away)
 	logic [15:0] a_len;
 	logic [255:0] a_l4w;
-	logic [15:0] a_w [0:29];  // the IPv4 header's words (0 past IHL), for its checksum
 	logic [15:0] a_kport;     // the key's port (selected by IHL here: the hash's add in SB starts from registers)
 	logic [1:0] a_penc;
 	logic [31:0] a_kx;       // the key address XOR the seed (the hash's first step)
@@ -347,16 +370,13 @@ module nx_dir #(
 		a_hdr <= {{(HB - 34) * 8{1'b0}}, p0_hdr[34 * 8 - 1:0]};
 		a_len <= p0_len;
 		a_l4w <= z_l4w;
-		for (int m = 0; m < 30; m++)
-			a_w[m] <= z_w[m];
 		a_kport <= z_kpc[z_ihl[1:0]];
 		a_penc <= z_penc;
 		a_kx <= (DIR == 0 ? {hb(p0_hdr, 26), hb(p0_hdr, 27), hb(p0_hdr, 28), hb(p0_hdr, 29)}
 				  : {hb(p0_hdr, 30), hb(p0_hdr, 31), hb(p0_hdr, 32), hb(p0_hdr, 33)}) ^ seed;
 	end
 
-	// ---------------- SB: the hash's first step, the words in pairs, IPv4 checks ----------------
-	logic [16:0] y_pair [0:14];
+	// ---------------- SB: the hash's first step, IPv4 checks ----------------
 	logic [3:0] y_tbad, y_ubad;  // per place of the transport header: TCP's, UDP's length checks
 	always_comb begin
 		for (int c = 0; c < 4; c++) begin
@@ -369,10 +389,6 @@ module nx_dir #(
 			y_tbad[c] = (doff < 4'd5) || (!a_l4hi && doff > a_l4len[5:2]);
 			y_ubad[c] = (ulen < 16'd8) || (ulen > a_l4len);
 		end
-		// the header checksum's words summed in pairs here, then two by two a stage (S1:
-		// eight, S1b: four, S2: two, S3: one), S4 folds: one adder a stage
-		for (int m = 0; m < 15; m++)
-			y_pair[m] = {1'b0, a_w[2 * m]} + {1'b0, a_w[2 * m + 1]};
 	end
 
 	logic b_valid;
@@ -380,7 +396,6 @@ module nx_dir #(
 	logic [15:0] b_len;
 	logic [6:0] b_poff, b_coff;
 	logic [159:0] b_l4;
-	logic [16:0] b_pair [0:14];
 	logic [3:0] b_bip4;      // bad_ip's length checks (S1 ORs them; S4b adds the checksum)
 	logic [31:0] b_h1;
 	logic b_nfu, b_nip;
@@ -409,8 +424,6 @@ module nx_dir #(
 		b_poff <= a_hl14 + (a_penc == nx_core_pkg::P_ICMP ? 7'd4 : (DIR == 0 ? 7'd0 : 7'd2));
 		b_coff <= a_hl14 + (a_penc == nx_core_pkg::P_TCP ? 7'd16 :
 							   a_penc == nx_core_pkg::P_UDP ? 7'd6 : 7'd2);
-		for (int m = 0; m < 15; m++)
-			b_pair[m] <= y_pair[m];
 		// below 34 bytes; version, IHL < 5, total length < 4 * IHL; total length + 14 and
 		// 4 * IHL + 14 beyond the frame (as compares with the length - 14, which wraps only
 		// below 14 bytes, where the first is true). The first and the last follow from the
@@ -497,7 +510,7 @@ module nx_dir #(
 	logic [6:0] s1_poff, s1_coff;
 	logic [31:0] s1_h2;             // the hash but its last step (S1b's)
 	logic s1_pb;                    // the slot carries port B's request, not a lookup
-	logic [17:0] s1_grp [0:7];
+	logic [20:0] s1_hsum;          // the IPv4 header's words' sum (c_acc, read in SB)
 	logic [BLOG2-1:0] pb_addr;      // port B's request: the bucket (the table, below)
 	logic pb_pend, pb_go, s1_rb, s1b_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S1b, S2, S3
 
@@ -509,7 +522,7 @@ module nx_dir #(
 		s1_dis <= !enable;
 		s1_nfu <= b_nfu;
 		s1_nip <= b_nip;
-		s1_bip <= b_bip4 != 4'd0;  // and the checksum: S4 folds the sum
+		s1_bip <= b_bip4 != 4'd0;  // and the checksum: S1b and S2 fold the sum, S3 checks it
 		s1_pool <= DIR == 0 ? ((q_da & pool_mask) == pool_base) : ((q_da & pool_mask) != pool_base);
 		s1_ttl <= q_ttl <= 8'd1;
 		s1_frag <= q_fragw[13:0] != 14'd0;
@@ -535,16 +548,15 @@ module nx_dir #(
 		s1_h2 <= q_hash;
 		s1_pb <= pb_go;
 		s1_rb <= pb_go && !pb_wr;
-		for (int g = 0; g < 8; g++)
-			s1_grp[g] <= {1'b0, b_pair[2 * g]} + (g < 7 ? {1'b0, b_pair[(2 * g + 1) % 15]} : 18'd0);
+		s1_hsum <= c_acc;
 	end
 
 	// ---------------- S1b: the bucket (the hash's last step, or port B's) beside the
-	// table's block RAMs; the header checksum's four sums two by two. S1's other fields
+	// table's block RAMs; the header checksum's fold, first add. S1's other fields
 	// ride to S2 through a delay line (S1b has nothing else to do with them) ----------------
 	logic s1b_valid;
 	logic [BLOG2-1:0] s1b_bucket;
-	logic [18:0] s1b_sum4 [0:3];
+	logic [16:0] s1b_hf1;          // the header checksum folded: the sum's two halves added
 	logic [31:0] q_bkt;
 	assign q_bkt = nx_core_pkg::nx_hash_c(s1_h2);
 	always_ff @(posedge clk) begin
@@ -553,8 +565,7 @@ module nx_dir #(
 		else
 			s1b_valid <= s1_valid;
 		s1b_bucket <= s1_pb ? pb_addr : q_bkt[BLOG2-1:0];
-		for (int g = 0; g < 4; g++)
-			s1b_sum4[g] <= {1'b0, s1_grp[2 * g]} + {1'b0, s1_grp[2 * g + 1]};
+		s1b_hf1 <= {1'b0, s1_hsum[15:0]} + {12'd0, s1_hsum[20:16]};
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
@@ -659,7 +670,7 @@ module nx_dir #(
 	logic [7:0] s2_ttl8, s2_proto8;
 	logic [6:0] s2_poff, s2_coff;
 	logic [BLOG2-1:0] s2_bucket;
-	logic [19:0] s2_sum2 [0:1];
+	logic [15:0] s2_hf2;           // and their carry (nx_csum_fold's sum, before its complement)
 
 	localparam int S2W = 11 + 2 + 3 * 32 + 5 * 16 + 2 * 8 + 2 * 7;
 	nx_dly #(.W(S2W), .N(2)) u_s1s2 (
@@ -677,8 +688,7 @@ module nx_dir #(
 		else
 			s2_valid <= s1b_valid;
 		s2_bucket <= s1b_bucket;
-		for (int g = 0; g < 2; g++)
-			s2_sum2[g] <= {1'b0, s1b_sum4[2 * g]} + {1'b0, s1b_sum4[2 * g + 1]};
+		s2_hf2 <= s1b_hf1[15:0] + {15'd0, s1b_hf1[16]};
 	end
 
 
@@ -690,6 +700,14 @@ module nx_dir #(
 		for (int i = NH - 1; i >= 0; i--)
 			if (m[i])
 				nh_enc = ($clog2(NH))'(i);
+	endfunction
+
+	// the index of the set bit of a one-hot (or zero) vector: each bit of it the OR of the
+	// inputs whose index has it (nh_we is one-hot: no priority chain needed)
+	function automatic logic [$clog2(NH)-1:0] nh_oenc(input logic [NH-1:0] m);
+		nh_oenc = '0;
+		for (int i = 0; i < NH; i++)
+			nh_oenc = nh_oenc | (m[i] ? ($clog2(NH))'(i) : '0);
 	endfunction
 
 	// the first match's index in two steps, a register between: each group of four's
@@ -741,7 +759,7 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		nh_we1 <= nh_we;
 		nh_wel <= nh_we1;
-		nh_wa <= nh_enc(nh_we1);
+		nh_wa <= nh_oenc(nh_we1);
 		nh_wv <= nh_we1 != '0;
 		if (nh_wv)
 			nh_f[nh_wa] <= {nl_ctl[2], nl_ctl[1], nl_dmac, nl_smac};
@@ -805,7 +823,7 @@ module nx_dir #(
 	logic [7:0] s3_ttl8, s3_proto8;
 	logic [6:0] s3_poff, s3_coff;
 	logic [BLOG2-1:0] s3_bucket;
-	logic [20:0] s3_sum;
+	logic s3_hbad;                 // the IPv4 header checksum is wrong (its fold is not 0)
 	logic [NH*8-1:0] n3_c;
 
 	always_ff @(posedge clk) begin
@@ -824,7 +842,7 @@ module nx_dir #(
 		s3_poff <= s2_poff;
 		s3_coff <= s2_coff;
 		s3_bucket <= s2_bucket;
-		s3_sum <= {1'b0, s2_sum2[0]} + {1'b0, s2_sum2[1]};
+		s3_hbad <= s2_hf2 != 16'hffff;
 		for (int w = 0; w < WAYS; w++)
 			rq[w] <= rd[w];
 		n3_c <= DIR == 0 ? nh_cmp(s2_da, nh_addr, nh_mask) : '0;
@@ -863,13 +881,13 @@ module nx_dir #(
 	logic [WAYS-1:0] s4_hv;
 	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
 	logic [NH-1:0] n4_m;
-	logic [15:0] s4_ipf;            // the IPv4 header checksum's verdict: 0 when it is right
+	logic s4_hbad;
 
 	always_ff @(posedge clk) begin
 		{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc} <=
 			{s3_dis, s3_nfu, s3_nip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc};
 		s4_bip <= s3_bip;
-		s4_ipf <= nx_csum_pkg::nx_csum_fold({11'd0, s3_sum});
+		s4_hbad <= s3_hbad;
 		s4_penc <= s3_penc;
 		s4_kaddr <= s3_kaddr;
 		s4_kport <= s3_kport;
@@ -906,7 +924,7 @@ module nx_dir #(
 	always_ff @(posedge clk) begin
 		{s4b_dis, s4b_nfu, s4b_nip, s4b_pool, s4b_ttl, s4b_frag, s4b_proto, s4b_bl4, s4b_icmp, s4b_tcpc} <=
 			{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc};
-		s4b_bip <= s4_bip || (s4_ipf != 16'd0);
+		s4b_bip <= s4_bip || s4_hbad;
 		s4b_penc <= s4_penc;
 		s4b_kaddr <= s4_kaddr;
 		s4b_kport <= s4_kport;
