@@ -378,7 +378,9 @@ module nx_dir #(
 
 	// ---------------- SB: the hash's first step, IPv4 checks ----------------
 	logic [3:0] y_tbad, y_ubad;  // per place of the transport header: TCP's, UDP's length checks
+	logic [31:0] y_da;
 	always_comb begin
+		y_da = {hb(a_hdr, 30), hb(a_hdr, 31), hb(a_hdr, 32), hb(a_hdr, 33)};
 		for (int c = 0; c < 4; c++) begin
 			logic [3:0] doff;
 			logic [15:0] ulen;
@@ -399,6 +401,7 @@ module nx_dir #(
 	logic [3:0] b_bip4;      // bad_ip's length checks (S1 ORs them; S4b adds the checksum)
 	logic [31:0] b_h1;
 	logic b_nfu, b_nip;
+	logic [7:0] b_pool8;     // the destination address's 4-bit pieces inside the pool (S1 ANDs them)
 	// the transport header's checks (nx_parse_l4) for TCP, UDP, ICMP: TCP's and UDP's for
 	// each of the four places, S1 selects by IHL[1:0] (b_ihl); the length's own checks
 	logic [3:0] b_tbad4, b_ubad4;
@@ -439,6 +442,8 @@ module nx_dir #(
 		// the Ethernet checks (S1 takes them as they are)
 		b_nfu <= a_mac_eq != 8'hff && !a_hdr[0];  // group addresses (bit 0 of byte 0) are for us (nx_for_us)
 		b_nip <= (a_len < 16'd14) || ({hb(a_hdr, 12), hb(a_hdr, 13)} != 16'h0800);
+		for (int c = 0; c < 8; c++)
+			b_pool8[c] <= (y_da[4 * c +: 4] & pool_mask[4 * c +: 4]) == pool_base[4 * c +: 4];
 	end
 
 	// ---------------- S1: parse ----------------
@@ -523,7 +528,7 @@ module nx_dir #(
 		s1_nfu <= b_nfu;
 		s1_nip <= b_nip;
 		s1_bip <= b_bip4 != 4'd0;  // and the checksum: S1b and S2 fold the sum, S3 checks it
-		s1_pool <= DIR == 0 ? ((q_da & pool_mask) == pool_base) : ((q_da & pool_mask) != pool_base);
+		s1_pool <= DIR == 0 ? (b_pool8 == 8'hff) : (b_pool8 != 8'hff);
 		s1_ttl <= q_ttl <= 8'd1;
 		s1_frag <= q_fragw[13:0] != 14'd0;
 		s1_proto <= q_penc == 2'd0;
@@ -694,14 +699,6 @@ module nx_dir #(
 
 	// ---------------- the next hops: this direction's own copy ----------------
 	localparam int RW = 3 + 48 + 48; // {found, punt, inside, dmac, smac}
-	// the index of the lowest set bit (0 when none)
-	function automatic logic [$clog2(NH)-1:0] nh_enc(input logic [NH-1:0] m);
-		nh_enc = '0;
-		for (int i = NH - 1; i >= 0; i--)
-			if (m[i])
-				nh_enc = ($clog2(NH))'(i);
-	endfunction
-
 	// the index of the set bit of a one-hot (or zero) vector: each bit of it the OR of the
 	// inputs whose index has it (nh_we is one-hot: no priority chain needed)
 	function automatic logic [$clog2(NH)-1:0] nh_oenc(input logic [NH-1:0] m);
@@ -712,7 +709,7 @@ module nx_dir #(
 
 	// the first match's index in two steps, a register between: each group of four's
 	// "any" and lowest index (nh_grp), then the first group with one and its index
-	// (nh_pick); the same as nh_enc, without a 16-input priority chain in one cycle
+	// (nh_pick): the lowest set bit's index, without a 16-input priority chain in one cycle
 	localparam int NG = NH / 4;
 	function automatic logic [3*NG-1:0] nh_grp(input logic [NH-1:0] m);
 		for (int g = 0; g < NG; g++) begin

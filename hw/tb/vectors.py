@@ -500,6 +500,44 @@ def latency_single_frame(rnd):
     return c, tab
 
 
+def pool_boundary(rnd):
+    """The pool prefix's edges (203.0.113.16/29): every address that differs from the
+    pool's base in one 4-bit piece, and the neighbours of the prefix. Inbound to one inside
+    the pool: translated (each pool address has a flow); outside it: to the CPU, not_pool.
+    Outbound to one inside: to the CPU, hairpin; outside: no_route (no next hop for it)."""
+    c = Case("own/pool_boundary", "own")
+    c.lines.append("reset")
+    seed = rnd.getrandbits(32)
+    configure(c, BASE_CFG, seed, None)
+    tab = Table(seed)
+    inside = {}
+    for i in range(8):
+        f = Flow(17, SUBS[i], 40000 + i, SERVERS[0], 53, POOL + i, 5000 + i)
+        f.install(c, tab)
+        inside[POOL + i] = f
+    addrs = {POOL - 1, POOL + 8}
+    for k in range(8):
+        for v in (1, 8):
+            addrs.add(POOL ^ (v << (4 * k)))
+    c.lines.append("mode 0 0 1")
+    n = 0
+    for a in sorted(addrs):
+        if a in inside:
+            f = inside[a]
+            fr = f.in_frame(rnd, 64, ident=n)
+            c.frame(1, fr, ("xlate", f.in_x(fr)))
+            g = Flow(17, SUBS[0], 40000, a, 53, POOL, 5000)
+            c.frame(0, g.out_frame(rnd, 64, ident=n), ("cpu", {"hairpin"}))
+        else:
+            g = Flow(17, SUBS[0], 40000, SERVERS[0], 53, a, 5000)
+            c.frame(1, g.in_frame(rnd, 64, ident=n), ("cpu", {"not_pool"}))
+            g = Flow(17, SUBS[0], 40000, a, 53, POOL, 5000)
+            c.frame(0, g.out_frame(rnd, 64, ident=n), ("cpu", {"no_route"}))
+        n += 1
+    c.lines.append("sync")
+    return c, tab
+
+
 def writes_during_traffic(rnd):
     """Flows A (installed throughout), B (installed while its frames flow: each frame either
     to the CPU as a miss or translated, never anything else, and once translated always),
@@ -815,6 +853,7 @@ def main():
     cases.append(read_back_during_traffic(rnd))
     cases.append(disabled_then_enabled(rnd))
     cases.append(latency_single_frame(rnd))
+    cases.append(pool_boundary(rnd))
     cases.append(line_rate_full_table(rnd))
     script = []
     for c, tab in cases:
