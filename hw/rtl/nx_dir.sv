@@ -7,18 +7,17 @@
 //             first 96 bytes are captured; at tlast the header and the frame's length enter
 //             the lookup pipeline (one packet per cycle, so back-to-back frames of any
 //             length never wait for it); the IPv4 header checksum's words summed as the
-//             beats arrive (c_acc, three steps beside the input register)
+//             beats arrive (c_acc, four steps beside the input register)
 //   SA        32 bytes from 14 + 16 * IHL[3:2], and the key's port (selected by IHL)
 //   SB        the transport header selected by IHL[1:0]; the bucket hash's first step; the
-//             IPv4 length checks; the offsets of the port and the transport checksum; the
-//             header checksum's sum read (c_acc)
+//             IPv4 length checks; the offsets of the port and the transport checksum
 //   S1        parse and validate Ethernet, IPv4 (fragments, TTL), TCP/UDP/ICMP; the key, the
-//             bucket hash's second step
+//             bucket hash's second step; the header checksum's sum read (c_acc)
 //   S1b       the bucket (the hash's last step) beside the table's block RAMs, which it
-//             addresses; the header checksum's fold, first add
+//             addresses
 //   S2        the bucket's WAYS entries (one block RAM access) into registers; the header
-//             checksum's fold, second add (its verdict in S3); the outbound next hop's
-//             prefix compares (4-bit pieces)
+//             checksum's fold, first add (S3 the second, S4 the verdict); the outbound
+//             next hop's prefix compares (4-bit pieces)
 //   S3        the ways compared with the key in 2-bit pieces, each into a register; the
 //             outbound next hops that match (all pieces, valid)
 //   S4        the ways that match (all pieces); the first matching next hop's index
@@ -251,36 +250,40 @@ module nx_dir #(
 			endcase
 	end
 
-	// the IPv4 header checksum's sum, added as the beats arrive (three steps, a register
-	// after each): each beat's words that are header words (bytes 14 .. 13 + 4 * IHL) in
-	// two pairs, the pairs, then into the sum (started by the beat of bytes 8..15, whose
-	// last word is the header's first). Which of a beat's four words count: word 0 always
-	// (IHL 0 is bad_ip whatever the sum), words 1 .. 2 * IHL - 1 from c_rem, loaded from
-	// IHL with that beat and shifted four words a beat. The sum of a frame whose last beat
-	// was in the input register in cycle t is in c_acc in cycles t + 3 and t + 4 (the next
-	// frame's beat of bytes 8..15 comes at t + 2 at the earliest, and reaches c_acc at t + 5):
-	// SB reads it in t + 3. Words past the frame's end are never added (the bytes past it
-	// are the previous frame's): a header that does not fit the frame is bad_ip anyway
+	// the IPv4 header checksum's sum, added as the beats arrive (four steps, a register
+	// after each): which of the beat's four words are header words (bytes 14 .. 13 +
+	// 4 * IHL) into c_en, with the beat beside the adders (c_d); those words in two pairs;
+	// the pairs; the frame's sum (started by the beat of bytes 8..15, whose last word is
+	// the header's first). Which words count: word 0 always (IHL 0 is bad_ip whatever the
+	// sum), words 1 .. 2 * IHL - 1 from c_rem, loaded from IHL with that beat and shifted
+	// four words a beat. The sum of a frame whose last beat was in the input register in
+	// cycle t is in c_acc in cycles t + 4 and t + 5 (the next frame's beat of bytes 8..15
+	// comes at t + 2 at the earliest, and reaches c_acc at t + 6): S1 reads it in t + 4.
+	// Words past the frame's end are never added (the bytes past it are the previous
+	// frame's): a header that does not fit the frame is bad_ip anyway
 	logic [28:0] c_rem;            // header words 1..29 (bit k: word k + 1) still to come, as IHL has it
 	logic [3:0] c_en;
+	logic [63:0] c_d;
+	logic c0_first;
 	logic [16:0] c_p0, c_p1;       // the beat's counted words, two by two
 	logic c1_v, c1_first, c2_v, c2_first;
 	logic [17:0] c_s4;
 	logic [20:0] c_acc;
-	always_comb
-		c_en = i_cap[1] ? 4'b1000 : (i_vcap && !i_bsel[0] ? c_rem[3:0] : 4'b0000);
 	always_ff @(posedge clk) begin
 		if (i_cap[1])
 			for (int k = 0; k < 29; k++)
 				c_rem[k] <= 5'(k + 1) < {i_data[48 +: 4], 1'b0};
 		else if (i_vcap)
 			c_rem <= {4'd0, c_rem[28:4]};
-		c_p0 <= (c_en[0] ? {1'b0, i_data[0 +: 8], i_data[8 +: 8]} : 17'd0) +
-			(c_en[1] ? {1'b0, i_data[16 +: 8], i_data[24 +: 8]} : 17'd0);
-		c_p1 <= (c_en[2] ? {1'b0, i_data[32 +: 8], i_data[40 +: 8]} : 17'd0) +
-			(c_en[3] ? {1'b0, i_data[48 +: 8], i_data[56 +: 8]} : 17'd0);
+		c_en <= i_cap[1] ? 4'b1000 : (i_vcap && !i_bsel[0] ? c_rem[3:0] : 4'b0000);
+		c_d <= i_data;
+		c0_first <= i_cap[1];
+		c_p0 <= (c_en[0] ? {1'b0, c_d[0 +: 8], c_d[8 +: 8]} : 17'd0) +
+			(c_en[1] ? {1'b0, c_d[16 +: 8], c_d[24 +: 8]} : 17'd0);
+		c_p1 <= (c_en[2] ? {1'b0, c_d[32 +: 8], c_d[40 +: 8]} : 17'd0) +
+			(c_en[3] ? {1'b0, c_d[48 +: 8], c_d[56 +: 8]} : 17'd0);
 		c1_v <= c_en != 4'd0;
-		c1_first <= i_cap[1];
+		c1_first <= c0_first;
 		c_s4 <= {1'b0, c_p0} + {1'b0, c_p1};
 		c2_v <= c1_v;
 		c2_first <= c1_first;
@@ -515,7 +518,6 @@ module nx_dir #(
 	logic [6:0] s1_poff, s1_coff;
 	logic [31:0] s1_h2;             // the hash but its last step (S1b's)
 	logic s1_pb;                    // the slot carries port B's request, not a lookup
-	logic [20:0] s1_hsum;          // the IPv4 header's words' sum (c_acc, read in SB)
 	logic [BLOG2-1:0] pb_addr;      // port B's request: the bucket (the table, below)
 	logic pb_pend, pb_go, s1_rb, s1b_rb, s2_rb, s3_rb; // a read back: waiting, issued, in S1, S1b, S2, S3
 
@@ -527,7 +529,7 @@ module nx_dir #(
 		s1_dis <= !enable;
 		s1_nfu <= b_nfu;
 		s1_nip <= b_nip;
-		s1_bip <= b_bip4 != 4'd0;  // and the checksum: S1b and S2 fold the sum, S3 checks it
+		s1_bip <= b_bip4 != 4'd0;  // and the checksum: S2 and S3 fold the sum, S4 checks it
 		s1_pool <= DIR == 0 ? (b_pool8 == 8'hff) : (b_pool8 != 8'hff);
 		s1_ttl <= q_ttl <= 8'd1;
 		s1_frag <= q_fragw[13:0] != 14'd0;
@@ -553,15 +555,14 @@ module nx_dir #(
 		s1_h2 <= q_hash;
 		s1_pb <= pb_go;
 		s1_rb <= pb_go && !pb_wr;
-		s1_hsum <= c_acc;
 	end
 
 	// ---------------- S1b: the bucket (the hash's last step, or port B's) beside the
-	// table's block RAMs; the header checksum's fold, first add. S1's other fields
+	// table's block RAMs; the header checksum's sum. S1's other fields
 	// ride to S2 through a delay line (S1b has nothing else to do with them) ----------------
 	logic s1b_valid;
 	logic [BLOG2-1:0] s1b_bucket;
-	logic [16:0] s1b_hf1;          // the header checksum folded: the sum's two halves added
+	logic [20:0] s1b_hsum;         // the IPv4 header's words' sum (c_acc, read in S1)
 	logic [31:0] q_bkt;
 	assign q_bkt = nx_core_pkg::nx_hash_c(s1_h2);
 	always_ff @(posedge clk) begin
@@ -570,7 +571,7 @@ module nx_dir #(
 		else
 			s1b_valid <= s1_valid;
 		s1b_bucket <= s1_pb ? pb_addr : q_bkt[BLOG2-1:0];
-		s1b_hf1 <= {1'b0, s1_hsum[15:0]} + {12'd0, s1_hsum[20:16]};
+		s1b_hsum <= c_acc;
 	end
 
 	// ---------------- the table: WAYS memories, one bucket read per cycle ----------------
@@ -675,7 +676,7 @@ module nx_dir #(
 	logic [7:0] s2_ttl8, s2_proto8;
 	logic [6:0] s2_poff, s2_coff;
 	logic [BLOG2-1:0] s2_bucket;
-	logic [15:0] s2_hf2;           // and their carry (nx_csum_fold's sum, before its complement)
+	logic [16:0] s2_hf1;           // the header checksum folded: the sum's two halves added
 
 	localparam int S2W = 11 + 2 + 3 * 32 + 5 * 16 + 2 * 8 + 2 * 7;
 	nx_dly #(.W(S2W), .N(2)) u_s1s2 (
@@ -693,7 +694,7 @@ module nx_dir #(
 		else
 			s2_valid <= s1b_valid;
 		s2_bucket <= s1b_bucket;
-		s2_hf2 <= s1b_hf1[15:0] + {15'd0, s1b_hf1[16]};
+		s2_hf1 <= {1'b0, s1b_hsum[15:0]} + {12'd0, s1b_hsum[20:16]};
 	end
 
 
@@ -820,7 +821,7 @@ module nx_dir #(
 	logic [7:0] s3_ttl8, s3_proto8;
 	logic [6:0] s3_poff, s3_coff;
 	logic [BLOG2-1:0] s3_bucket;
-	logic s3_hbad;                 // the IPv4 header checksum is wrong (its fold is not 0)
+	logic [15:0] s3_hf2;           // and their carry (nx_csum_fold's sum, before its complement)
 	logic [NH*8-1:0] n3_c;
 
 	always_ff @(posedge clk) begin
@@ -839,7 +840,7 @@ module nx_dir #(
 		s3_poff <= s2_poff;
 		s3_coff <= s2_coff;
 		s3_bucket <= s2_bucket;
-		s3_hbad <= s2_hf2 != 16'hffff;
+		s3_hf2 <= s2_hf1[15:0] + {15'd0, s2_hf1[16]};
 		for (int w = 0; w < WAYS; w++)
 			rq[w] <= rd[w];
 		n3_c <= DIR == 0 ? nh_cmp(s2_da, nh_addr, nh_mask) : '0;
@@ -878,13 +879,13 @@ module nx_dir #(
 	logic [WAYS-1:0] s4_hv;
 	logic [47:0] s4_x [0:WAYS-1];   // each way's {new port, new address}
 	logic [NH-1:0] n4_m;
-	logic s4_hbad;
+	logic s4_hbad;                 // the IPv4 header checksum is wrong (its fold is not 0)
 
 	always_ff @(posedge clk) begin
 		{s4_dis, s4_nfu, s4_nip, s4_pool, s4_ttl, s4_frag, s4_proto, s4_bl4, s4_icmp, s4_tcpc} <=
 			{s3_dis, s3_nfu, s3_nip, s3_pool, s3_ttl, s3_frag, s3_proto, s3_bl4, s3_icmp, s3_tcpc};
 		s4_bip <= s3_bip;
-		s4_hbad <= s3_hbad;
+		s4_hbad <= s3_hf2 != 16'hffff;
 		s4_penc <= s3_penc;
 		s4_kaddr <= s3_kaddr;
 		s4_kport <= s3_kport;
