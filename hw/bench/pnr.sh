@@ -6,10 +6,14 @@
 # writes OUTDIR/pnr_ecp5_BLOG2.{log,json} (the report with every register input's routed
 # arrival time), the routed delays (routed_ecp5_BLOG2.sdf), the netlist it placed and
 # routed (placed_ecp5_BLOG2.json), paths.py's listing of the paths that miss 6.4 ns
-# (paths_BLOG2.txt) and the seconds taken; BENCH_HW_SEED: the placer's seed (1); cut
-# after BENCH_HW_PNR_TIMEOUT seconds (default 3600: placement takes about 30 minutes on one
-# core with the floorplan (5 without), routing with router1, nextpnr-ecp5's default, 3 to 5). BENCH_HW_PNR_ARGS: more
-# nextpnr arguments (e.g. --no-route: the placement estimate only; report.py labels it).
+# (paths_BLOG2.txt) and the seconds taken. BENCH_HW_SEEDS: the placer's seeds (default
+# "1"; BENCH_HW_SEED, one seed, is still read): the first gives all of the above, each
+# further one its log alone (pnr_ecp5_BLOG2_seedS.log, time_pnr_BLOG2_seedS.txt), one
+# after the other, so that report.py can say whether every seed closes. Each run is cut
+# after BENCH_HW_PNR_TIMEOUT seconds (default 3600; with the floorplan at 1k entries
+# placement and routing take 6 to 20 minutes on one core, router1, nextpnr-ecp5's
+# default). BENCH_HW_PNR_ARGS: more nextpnr arguments (e.g. --no-route: the placement
+# estimate only; report.py labels it).
 # BENCH_HW_FLOORPLAN=0: no floorplan (by default floorplan.py fixes the block RAMs' sites
 # first, OUTDIR/floorplan_BLOG2.txt says what it did; a netlist it has no plan for goes
 # through unchanged).
@@ -17,7 +21,9 @@ set -u
 blog2=$1 out=$2 nextpnr=$3
 t0=$(date +%s)
 net=$out/ecp5_$blog2.json
-echo "${BENCH_HW_SEED:-1}" >"$out/seed_pnr_$blog2.txt"
+seeds=(${BENCH_HW_SEEDS:-${BENCH_HW_SEED:-1}})
+echo "${seeds[0]}" >"$out/seed_pnr_$blog2.txt"
+rm -f "$out"/pnr_ecp5_${blog2}_seed*.log "$out"/time_pnr_${blog2}_seed*.txt
 if [[ ${BENCH_HW_FLOORPLAN:-1} != 0 ]]; then
 	python3 "$(dirname "$0")/floorplan.py" "$net" "$out/ecp5_${blog2}_fp.json" >"$out/floorplan_$blog2.txt" 2>&1 &&
 		net=$out/ecp5_${blog2}_fp.json
@@ -25,7 +31,7 @@ else
 	echo "floorplan.py: not run (BENCH_HW_FLOORPLAN=0)" >"$out/floorplan_$blog2.txt"
 fi
 timeout "${BENCH_HW_PNR_TIMEOUT:-3600}" $nextpnr --85k --speed 6 --out-of-context --json "$net" --freq 156.25 \
-	--timing-allow-fail --seed ${BENCH_HW_SEED:-1} --report "$out/pnr_ecp5_$blog2.json" --detailed-timing-report \
+	--timing-allow-fail --seed ${seeds[0]} --report "$out/pnr_ecp5_$blog2.json" --detailed-timing-report \
 	--sdf "$out/routed_ecp5_$blog2.sdf" --write "$out/placed_ecp5_$blog2.json" ${BENCH_HW_PNR_ARGS:-} \
 	>"$out/pnr_ecp5_$blog2.log" 2>&1
 rc=$?
@@ -38,4 +44,10 @@ if [[ -s $out/placed_ecp5_$blog2.json ]]; then
 		rep=(6.4 "$out/routed_ecp5_$blog2.sdf")
 	python3 "$(dirname "$0")/paths.py" "$out/placed_ecp5_$blog2.json" 40 "${rep[@]}" >"$out/paths_$blog2.txt" 2>&1
 fi
+for s in "${seeds[@]:1}"; do
+	t1=$(date +%s)
+	timeout "${BENCH_HW_PNR_TIMEOUT:-3600}" $nextpnr --85k --speed 6 --out-of-context --json "$net" --freq 156.25 \
+		--timing-allow-fail --seed "$s" ${BENCH_HW_PNR_ARGS:-} >"$out/pnr_ecp5_${blog2}_seed$s.log" 2>&1
+	echo "$(($(date +%s) - t1))" >"$out/time_pnr_${blog2}_seed$s.txt"
+done
 exit $rc

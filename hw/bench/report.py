@@ -5,6 +5,7 @@ Yosys' stat and nextpnr's log (synth.sh, pnr.sh) and tools.txt, draws
 docs/img/hw_throughput_vs_size.png and docs/img/hw_throughput_vs_occupancy.png and writes
 the "Numbers" section of docs/HARDWARE.md (between its bench-hw markers, appended when
 absent). Needs Debian's python3-matplotlib (/usr/bin/python3), like scripts/plot.py."""
+import glob
 import json
 import os
 import re
@@ -80,6 +81,32 @@ def fmax(d, blog2):
     if not re.search(r"Info: Routing|Setting up routing queue", text):  # pnr.sh with BENCH_HW_PNR_ARGS=--no-route
         return "%.1f (placement estimate, `--no-route`)" % float(got[0][1])
     return "%.1f (placement estimate: routing not finished)" % float(got[0][1])
+
+
+def seeds(d, blog2):
+    """pnr.sh's further seeds (BENCH_HW_SEEDS): [(seed, routed MHz or None)], by seed"""
+    out = []
+    for p in glob.glob(os.path.join(d, "pnr_ecp5_%d_seed*.log" % blog2)):
+        sd = re.search(r"_seed(\d+)\.log$", p)
+        if not sd:
+            continue
+        text = open(p).read()
+        got = re.findall(r"Max frequency for clock\s+'[^']*': ([0-9.]+) MHz", text)
+        v = float(got[-1]) if "Routing complete" in text and len(got) >= 2 else None
+        out.append((int(sd.group(1)), v))
+    return sorted(out)
+
+
+def fmax_all(d, blog2):
+    """fmax() with the further seeds' figures added to its note"""
+    f = fmax(d, blog2)
+    if not f:
+        return f
+    more = seeds(d, blog2)
+    if not more:
+        return f
+    add = "; ".join("%.1f with seed %d" % (v, sd) if v is not None else "seed %d not routed" % sd for sd, v in more)
+    return f[:-1] + "; " + add + ")"
 
 
 def util(d, blog2):
@@ -209,7 +236,7 @@ def main():
         for b in (8, 10, 12):
             s = summary(fam, stat(os.path.join(d, "stat_%s_%d.txt" % (fam, b))))
             t = secs(d, "%s_%d" % (fam, b))
-            fm = fmax(d, b) if fam == "ecp5" else None
+            fm = fmax_all(d, b) if fam == "ecp5" else None
             tp = secs(d, "pnr_%d" % b) if fam == "ecp5" else None
             u = util(d, b) if fam == "ecp5" else None
             if s and u:
@@ -232,15 +259,30 @@ def main():
     if os.path.exists(rows):
         L += [l for l in open(rows).read().splitlines() if l.startswith("|")]
     f8 = fmax(d, 8)
+    ok = False
     if f8:
         v = float(f8.split()[0])
-        L += ["", "Fmax target (≥ 156.25 MHz for the whole core on ECP5-85 speed 6): **%s** at 1k entries "
-              "(%.1f MHz, %s; %.0f %% of the target). At %.1f MHz the 8 cycles of a minimum frame take %.0f ns: "
-              "%.2f Mpps per direction, %s the 14.88 Mpps of 10G line rate; but a 64-bit stream at %.1f MHz "
+        more = seeds(d, 8)
+        vals = [v] + [m for _, m in more if m is not None]
+        lo = min(vals)
+        ok = lo >= 156.25 and all(m is not None for _, m in more)
+        if more:
+            note = f8.split(" ", 1)[1].strip("()")
+            s0 = note.rsplit(", seed ", 1)
+            how = "with each of the %d placement seeds run (seed %s: %.1f MHz, %s; %s; the lowest %.1f %% of the target)" % (
+                1 + len(more), s0[1] if len(s0) == 2 else "1", v,
+                ", ".join("seed %d: %.1f" % (sd, m) for sd, m in more), s0[0], 100 * lo / 156.25) if ok else \
+                "over the placement seeds run, %s: the lowest %.1f %% of the target" % (
+                    fmax_all(d, 8), 100 * lo / 156.25)
+        else:
+            how = "(%.1f MHz, %s; %.0f %% of the target)" % (v, f8.split(" ", 1)[1].strip("()"), 100 * v / 156.25)
+        L += ["", "Fmax target (≥ 156.25 MHz for the whole core on ECP5-85 speed 6): **%s** at 1k entries %s. "
+              "At %.1f MHz%s the 8 cycles of a minimum frame take %.0f ns: "
+              "%.2f Mpps per direction, %s the 14.88 Mpps of 10G line rate; a 64-bit stream at %.1f MHz "
               "carries %.1f Gb/s, %s the 10 Gb/s that long frames need (the interface is sized for 156.25 MHz)." % (
-                  "met" if v >= 156.25 else "NOT met", v, f8.split(" ", 1)[1].strip("()"), 100 * v / 156.25,
-                  v, 8e3 / v, v / 8, "above" if v / 8 >= 14.88 else "below",
-                  v, v * 64 / 1000, "at or above" if v * 64 >= 10000 else "below")]
+                  "met" if ok else ("NOT met" if v < 156.25 or not more else "NOT met with every seed"), how,
+                  lo, " (the lowest)" if more else "", 8e3 / lo, lo / 8, "above" if lo / 8 >= 14.88 else "below",
+                  lo, lo * 64 / 1000, "at or above" if lo * 64 >= 10000 else "below")]
     pth = os.path.join(d, "paths_8.txt")  # pnr.sh: paths.py over the placed netlist
     if os.path.exists(pth):
         txt = open(pth).read().splitlines()
@@ -276,9 +318,10 @@ def main():
           "Beside natrix's XDP data plane (docs/PERFORMANCE.md, `make bench`): an established packet costs "
           "218 ns (one hot flow) to 498–606 ns (random flow among 1M–10M connections) of one CPU core "
           "end to end, i.e. 1.6–4.6 Mpps per core. The core takes a minimum frame every ~8 cycles per "
-          "direction (~19.5 Mpps per direction, ~51 ns per frame per direction if it closed timing at 156.25 MHz, both "
+          "direction (~19.5 Mpps per direction, ~51 ns per frame per direction %s 156.25 MHz, both "
           "directions at once), bounded by the 10G line (14.88 Mpps); but it holds 1k–16k entries, "
-          "not millions: the XDP program stays the path for everything the daemon does not install.", "",
+          "not millions: the XDP program stays the path for everything the daemon does not install." % (
+              "at" if ok else "if it closed timing at"), "",
           "What an open-FPGA Fmax does and does not tell about a 16 nm part: the ECP5 is a 40 nm "
           "LUT4 family; nextpnr's figure says whether the pipeline's longest register-to-register "
           "path closes at 156.25 MHz on a slow, small-LUT fabric with open tools, and which path is critical. It does not predict a Zynq "
