@@ -1358,13 +1358,17 @@ module nx_dir #(
 	logic [31:0] e_addr;
 	logic [6:0] e_poff, e_coff, e_poff1, e_coff1;
 	logic [3:0] ebeat;
+	logic [4:0] ebeat_oh;    // ebeat one-hot while it is below 5 (the beats the fixed fields are in), else 0
 	assign {e_reason, e_dmac, e_smac, e_ttl, e_ipc, e_addr, e_port, e_poff, e_l4c, e_coff, e_poff1, e_coff1} = m_out;
 
 	always_ff @(posedge clk) begin
-		if (rst)
+		if (rst) begin
 			ebeat <= 4'd0;
-		else if (q_v[1])
+			ebeat_oh <= 5'b00001;
+		end else if (q_v[1]) begin
 			ebeat <= q_last[1] ? 4'd0 : (ebeat == 4'hf ? ebeat : ebeat + 1'b1);
+			ebeat_oh <= q_last[1] ? 5'b00001 : {ebeat_oh[3:0], 1'b0};
+		end
 	end
 
 	// The patch. Each byte of the beat is patched by the field its offset in the frame
@@ -1374,7 +1378,9 @@ module nx_dir #(
 	// beat is the byte's beat, one-hot of its place in the beat) goes into G with the four
 	// values; X takes the patch, the selected values ORed. The fields never overlap in a
 	// translated frame (the transport header starts at 34 or later), so a byte is an OR of
-	// the selected fields. Beats past the 16th hold no field.
+	// the selected fields. Beats past the 16th hold no field. The fixed fields are in beats
+	// 0 to 4: each byte's value and hit an OR over ebeat_oh's bits of the field byte at that
+	// place (constants per bit: no compare of the beat's number on the way).
 	logic [95:0] e_macs;
 	assign e_macs = {e_dmac, e_smac};
 	logic [63:0] e_cval;     // the fixed fields' bytes in this beat
@@ -1388,28 +1394,32 @@ module nx_dir #(
 			o = {ebeat, 3'(j)};
 			v = 8'd0;
 			hit = 1'b0;
-			for (int k = 0; k < 12; k++)
-				if (o == 7'(k)) begin
-					v = v | e_macs[8 * (11 - k) +: 8];
+			for (int b = 0; b < 5; b++) begin
+				int f;  // the byte's offset in the frame when the beat is b
+				f = 8 * b + j;
+				for (int k = 0; k < 12; k++)
+					if (f == k && ebeat_oh[b]) begin
+						v = v | e_macs[8 * (11 - k) +: 8];
+						hit = 1'b1;
+					end
+				if (f == 22 && ebeat_oh[b]) begin
+					v = v | e_ttl;
 					hit = 1'b1;
 				end
-			if (o == 7'd22) begin
-				v = v | e_ttl;
-				hit = 1'b1;
-			end
-			if (o == 7'd24) begin
-				v = v | e_ipc[15:8];
-				hit = 1'b1;
-			end
-			if (o == 7'd25) begin
-				v = v | e_ipc[7:0];
-				hit = 1'b1;
-			end
-			for (int k = 0; k < 4; k++)
-				if (o == 7'(AOFF + k)) begin
-					v = v | e_addr[8 * (3 - k) +: 8];
+				if (f == 24 && ebeat_oh[b]) begin
+					v = v | e_ipc[15:8];
 					hit = 1'b1;
 				end
+				if (f == 25 && ebeat_oh[b]) begin
+					v = v | e_ipc[7:0];
+					hit = 1'b1;
+				end
+				for (int k = 0; k < 4; k++)
+					if (f == AOFF + k && ebeat_oh[b]) begin
+						v = v | e_addr[8 * (3 - k) +: 8];
+						hit = 1'b1;
+					end
+			end
 			e_cval[8*j +: 8] = v;
 			e_chit[j] = hit;
 			e_vsel[j] = o == e_poff;
