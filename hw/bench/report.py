@@ -226,7 +226,7 @@ def main():
           "before place and route (ECP5: Yosys' count, before absorb.py moves the registers after a block RAM's read data into its output register; ECP5 and iCE40 flattened; UltraScale+ the design hierarchy's totals; "
           "its LUT column leaves out the SRL16E shift registers, which also sit in LUTs); entries are per direction (4 ways × 2^BLOG2 buckets). "
           "Fmax: nextpnr-ecp5 on an ECP5-85 (LFE5U-85F) speed grade 6, out of context (no IO buffers, "
-          "no global clock network: the AXI signals are not pins), one seed (its cell names it), the 1k "
+          "no global clock network: the AXI signals are not pins), one run per seed (its cell names them), the 1k "
           "core's block RAMs on fixed sites (`hw/bench/floorplan.py`) unless its cell says otherwise. A missing cell was not run "
           "or did not finish (see the seconds column). Rows with a commit in their name are earlier "
           "measurements, kept for comparison.", "",
