@@ -30,10 +30,15 @@ if [[ ${BENCH_HW_FLOORPLAN:-1} != 0 ]]; then
 else
 	echo "floorplan.py: not run (BENCH_HW_FLOORPLAN=0)" >"$out/floorplan_$blog2.txt"
 fi
-timeout "${BENCH_HW_PNR_TIMEOUT:-3600}" $nextpnr --85k --speed 6 --out-of-context --json "$net" --freq 156.25 \
-	--timing-allow-fail --seed ${seeds[0]} --report "$out/pnr_ecp5_$blog2.json" --detailed-timing-report \
-	--sdf "$out/routed_ecp5_$blog2.sdf" --write "$out/placed_ecp5_$blog2.json" ${BENCH_HW_PNR_ARGS:-} \
-	>"$out/pnr_ecp5_$blog2.log" 2>&1
+# pnr SEED LOG [ARGS...]: one place and route of $net with that seed, its log in LOG
+pnr() {
+	local seed=$1 log=$2
+	shift 2
+	timeout "${BENCH_HW_PNR_TIMEOUT:-3600}" $nextpnr --85k --speed 6 --out-of-context --json "$net" --freq 156.25 \
+		--timing-allow-fail --seed "$seed" "$@" ${BENCH_HW_PNR_ARGS:-} >"$log" 2>&1
+}
+pnr "${seeds[0]}" "$out/pnr_ecp5_$blog2.log" --report "$out/pnr_ecp5_$blog2.json" --detailed-timing-report \
+	--sdf "$out/routed_ecp5_$blog2.sdf" --write "$out/placed_ecp5_$blog2.json"
 rc=$?
 echo "$(($(date +%s) - t0))" >"$out/time_pnr_$blog2.txt"
 # nextpnr names one path: paths.py lists the paths that miss the clock, with the routed
@@ -46,8 +51,7 @@ if [[ -s $out/placed_ecp5_$blog2.json ]]; then
 fi
 for s in "${seeds[@]:1}"; do
 	t1=$(date +%s)
-	timeout "${BENCH_HW_PNR_TIMEOUT:-3600}" $nextpnr --85k --speed 6 --out-of-context --json "$net" --freq 156.25 \
-		--timing-allow-fail --seed "$s" ${BENCH_HW_PNR_ARGS:-} >"$out/pnr_ecp5_${blog2}_seed$s.log" 2>&1
+	pnr "$s" "$out/pnr_ecp5_${blog2}_seed$s.log"
 	echo "$(($(date +%s) - t1))" >"$out/time_pnr_${blog2}_seed$s.txt"
 done
 exit $rc

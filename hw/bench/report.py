@@ -64,49 +64,53 @@ def summary(fam, c):
                 sum(c.get(k, 0) for k in ("MUXF7", "MUXF8", "MUXF9")), c.get("DSP48E2", 0)))
 
 
+def mhz(text):
+    """a nextpnr log's figures: (the placement estimate, the routed Fmax or None)"""
+    got = [float(x) for x in re.findall(r"Max frequency for clock\s+'[^']*': ([0-9.]+) MHz", text)]
+    if not got:
+        return None, None
+    return got[0], got[-1] if "Routing complete" in text and len(got) >= 2 else None
+
+
+def floorplanned(d, blog2):
+    fp = os.path.join(d, "floorplan_%d.txt" % blog2)  # pnr.sh: floorplan.py before nextpnr
+    return os.path.exists(fp) and "placed" in open(fp).read()
+
+
+def seeds(d, blog2):
+    """every seed pnr.sh ran (BENCH_HW_SEEDS), the first's log pnr_ecp5_B.log, the others'
+    pnr_ecp5_B_seedS.log: [(seed, routed MHz or None)], the first seed first"""
+    p = os.path.join(d, "pnr_ecp5_%d.log" % blog2)
+    if not os.path.exists(p):
+        return []
+    sp = os.path.join(d, "seed_pnr_%d.txt" % blog2)
+    out = [(int(open(sp).read().strip()) if os.path.exists(sp) else 1, mhz(open(p).read())[1])]
+    more = []
+    for q in glob.glob(os.path.join(d, "pnr_ecp5_%d_seed*.log" % blog2)):
+        sd = re.search(r"_seed(\d+)\.log$", q)
+        if sd:
+            more.append((int(sd.group(1)), mhz(open(q).read())[1]))
+    return out + sorted(more)
+
+
 def fmax(d, blog2):
+    """the Fmax cell: each seed's routed figure, or the first's placement estimate"""
     p = os.path.join(d, "pnr_ecp5_%d.log" % blog2)
     if not os.path.exists(p):
         return None
     text = open(p).read()
-    got = re.findall(r"Max frequency for clock\s+'([^']*)': ([0-9.]+) MHz", text)
-    if not got:
+    est, routed = mhz(text)
+    if est is None:
         return None
-    fp = os.path.join(d, "floorplan_%d.txt" % blog2)  # pnr.sh: floorplan.py before nextpnr
-    fp = " block RAMs floorplanned," if os.path.exists(fp) and "placed" in open(fp).read() else ""
-    if "Routing complete" in text and len(got) >= 2:
-        sp = os.path.join(d, "seed_pnr_%d.txt" % blog2)  # pnr.sh: BENCH_HW_SEED
-        sd = open(sp).read().strip() if os.path.exists(sp) else "1"
-        return "%.1f (routed,%s seed %s)" % (float(got[-1][1]), fp, sd)
-    if not re.search(r"Info: Routing|Setting up routing queue", text):  # pnr.sh with BENCH_HW_PNR_ARGS=--no-route
-        return "%.1f (placement estimate, `--no-route`)" % float(got[0][1])
-    return "%.1f (placement estimate: routing not finished)" % float(got[0][1])
-
-
-def seeds(d, blog2):
-    """pnr.sh's further seeds (BENCH_HW_SEEDS): [(seed, routed MHz or None)], by seed"""
-    out = []
-    for p in glob.glob(os.path.join(d, "pnr_ecp5_%d_seed*.log" % blog2)):
-        sd = re.search(r"_seed(\d+)\.log$", p)
-        if not sd:
-            continue
-        text = open(p).read()
-        got = re.findall(r"Max frequency for clock\s+'[^']*': ([0-9.]+) MHz", text)
-        v = float(got[-1]) if "Routing complete" in text and len(got) >= 2 else None
-        out.append((int(sd.group(1)), v))
-    return sorted(out)
-
-
-def fmax_all(d, blog2):
-    """fmax() with the further seeds' figures added to its note"""
-    f = fmax(d, blog2)
-    if not f:
-        return f
-    more = seeds(d, blog2)
-    if not more:
-        return f
-    add = "; ".join("%.1f with seed %d" % (v, sd) if v is not None else "seed %d not routed" % sd for sd, v in more)
-    return f[:-1] + "; " + add + ")"
+    if routed is None:
+        if not re.search(r"Info: Routing|Setting up routing queue", text):  # pnr.sh with BENCH_HW_PNR_ARGS=--no-route
+            return "%.1f (placement estimate, `--no-route`)" % est
+        return "%.1f (placement estimate: routing not finished)" % est
+    runs = seeds(d, blog2)
+    more = "".join("; %.1f with seed %d" % (v, sd) if v is not None else "; seed %d not routed" % sd
+                   for sd, v in runs[1:])
+    return "%.1f (routed,%s seed %d%s)" % (routed, " block RAMs floorplanned," if floorplanned(d, blog2) else "",
+                                           runs[0][0], more)
 
 
 def util(d, blog2):
@@ -236,7 +240,7 @@ def main():
         for b in (8, 10, 12):
             s = summary(fam, stat(os.path.join(d, "stat_%s_%d.txt" % (fam, b))))
             t = secs(d, "%s_%d" % (fam, b))
-            fm = fmax_all(d, b) if fam == "ecp5" else None
+            fm = fmax(d, b) if fam == "ecp5" else None
             tp = secs(d, "pnr_%d" % b) if fam == "ecp5" else None
             u = util(d, b) if fam == "ecp5" else None
             if s and u:
@@ -258,30 +262,31 @@ def main():
     rows = os.path.join(d, "rows.txt")  # earlier measurements kept for comparison (written by hand)
     if os.path.exists(rows):
         L += [l for l in open(rows).read().splitlines() if l.startswith("|")]
-    f8 = fmax(d, 8)
+    runs = seeds(d, 8)
     ok = False
-    if f8:
-        v = float(f8.split()[0])
-        more = seeds(d, 8)
-        vals = [v] + [m for _, m in more if m is not None]
+    if runs and runs[0][1] is None and fmax(d, 8):  # the first seed not routed: its estimate
+        est = float(fmax(d, 8).split()[0])
+        L += ["", "Fmax target (≥ 156.25 MHz for the whole core on ECP5-85 speed 6): **%s** at 1k entries "
+              "(%s; %.0f %% of the target)." % ("met" if est >= 156.25 else "NOT met", fmax(d, 8), 100 * est / 156.25)]
+    if runs and runs[0][1] is not None:
+        vals = [v for _, v in runs if v is not None]
         lo = min(vals)
-        ok = lo >= 156.25 and all(m is not None for _, m in more)
-        if more:
-            note = f8.split(" ", 1)[1].strip("()")
-            s0 = note.rsplit(", seed ", 1)
-            how = "with each of the %d placement seeds run (seed %s: %.1f MHz, %s; %s; the lowest %.1f %% of the target)" % (
-                1 + len(more), s0[1] if len(s0) == 2 else "1", v,
-                ", ".join("seed %d: %.1f" % (sd, m) for sd, m in more), s0[0], 100 * lo / 156.25) if ok else \
-                "over the placement seeds run, %s: the lowest %.1f %% of the target" % (
-                    fmax_all(d, 8), 100 * lo / 156.25)
+        ok = lo >= 156.25 and len(vals) == len(runs)
+        fp = "block RAMs floorplanned" if floorplanned(d, 8) else "no floorplan"
+        if len(runs) == 1:
+            how = "(%.1f MHz, routed, %s, seed %d; %.0f %% of the target)" % (lo, fp, runs[0][0], 100 * lo / 156.25)
+        elif ok:
+            how = "with each of the %d placement seeds run (%s; routed, %s; the lowest %.1f %% of the target)" % (
+                len(runs), ", ".join("seed %d: %.1f%s" % (sd, v, " MHz" if k == 0 else "")
+                                     for k, (sd, v) in enumerate(runs)), fp, 100 * lo / 156.25)
         else:
-            how = "(%.1f MHz, %s; %.0f %% of the target)" % (v, f8.split(" ", 1)[1].strip("()"), 100 * v / 156.25)
+            how = "over the placement seeds run, %s: the lowest %.1f %% of the target" % (fmax(d, 8), 100 * lo / 156.25)
         L += ["", "Fmax target (≥ 156.25 MHz for the whole core on ECP5-85 speed 6): **%s** at 1k entries %s. "
               "At %.1f MHz%s the 8 cycles of a minimum frame take %.0f ns: "
               "%.2f Mpps per direction, %s the 14.88 Mpps of 10G line rate; a 64-bit stream at %.1f MHz "
               "carries %.1f Gb/s, %s the 10 Gb/s that long frames need (the interface is sized for 156.25 MHz)." % (
-                  "met" if ok else ("NOT met" if v < 156.25 or not more else "NOT met with every seed"), how,
-                  lo, " (the lowest)" if more else "", 8e3 / lo, lo / 8, "above" if lo / 8 >= 14.88 else "below",
+                  "met" if ok else ("NOT met" if len(runs) == 1 or runs[0][1] < 156.25 else "NOT met with every seed"), how,
+                  lo, " (the lowest)" if len(runs) > 1 else "", 8e3 / lo, lo / 8, "above" if lo / 8 >= 14.88 else "below",
                   lo, lo * 64 / 1000, "at or above" if lo * 64 >= 10000 else "below")]
     pth = os.path.join(d, "paths_8.txt")  # pnr.sh: paths.py over the placed netlist
     if os.path.exists(pth):
