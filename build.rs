@@ -14,4 +14,16 @@ fn main() {
     println!("cargo:rerun-if-changed=bpf");
     println!("cargo:rerun-if-changed=tests/bpf");
     println!("cargo:rerun-if-changed=build_skel.rs");
+    // which compiler built the object, for the headroom table (tests/headroom.rs)
+    let cc = env::var("NATRIX_CLANG").unwrap_or_else(|_| "clang".into());
+    let v = std::process::Command::new(&cc)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.split_whitespace().skip_while(|w| *w != "version").nth(1).map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into());
+    let major = v.split('.').next().unwrap_or("unknown");
+    println!("cargo:rustc-env=NATRIX_BPF_CC=clang-{major}");
+    println!("cargo:rerun-if-env-changed=NATRIX_CLANG");
 }

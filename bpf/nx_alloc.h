@@ -139,6 +139,15 @@ __noinline long nx_home_take(__u32 sip, __u32 addr, __u64 mixed)
 	return gid;
 }
 
+/* ---- the allocator's working memory ----
+ * The state its bpf_loop callbacks share with their callers (struct nx_pscan, struct
+ * nx_slots below) lives in a per-CPU map, not on the stack: the allocator's call chain
+ * (slow path -> nx_dyn_map -> nx_alloc -> nx_alloc_port -> the slots' walk -> a block's
+ * claim -> its scan) is the data plane's deepest, and 512 bytes of stack are all a chain
+ * may use. A callback reaches it by lookup (its context argument is NULL): a pointer to
+ * a map value cannot be a callback's context, which must be on the stack. One CPU runs
+ * one XDP program at a time, from start to end, and only the packet path allocates (the
+ * control program nx_ctl never does), so the slots are never used by two at once. */
 /* ---- claiming one port inside one block ---- */
 struct nx_pscan {
 	__u32 base;   /* nx_ports index of the block's first port */
@@ -150,6 +159,39 @@ struct nx_pscan {
 	__u64 word;   /* value to store */
 	__s32 found;  /* offset in block, or -1 */
 };
+
+/* Walking the subscriber's block slots; a bpf_loop callback so that the verifier checks
+ * the body once, not once per slot. */
+struct nx_slots {
+	__u32 slot; /* the subscriber's entry */
+	__u32 sip;
+	__u32 pp;	 /* NX_PP(protocol index, inside port) */
+	__u32 skip;	 /* gid + 1 of a block already tried (cur_block), or 0 */
+	__u32 nslots;	 /* slots the config uses (max_blocks) */
+	__s32 free_slot; /* lowest reusable slot, -1 if none */
+	__u32 free_val;	 /* what that slot held (0, or a block released meanwhile) */
+	__u32 addr;	 /* the pool address claims are made on (the subscriber's, read once) */
+	int port;	 /* result, -1 until found */
+};
+
+struct nx_alloc_work {
+	struct nx_pscan scan;
+	struct nx_slots slots;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_alloc_work);
+} nx_alloc_work SEC(".maps");
+
+static __always_inline struct nx_alloc_work *nx_alloc_work_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&nx_alloc_work, &zero);
+}
 
 /* Where a scan starts and how it steps. A random odd step visits every candidate of a
  * power-of-two half once, like a linear scan, but claimed ports do not pile up into one
@@ -166,11 +208,16 @@ static __always_inline void nx_pscan_init(struct nx_pscan *s, __u32 half)
 	s->stride = s->mask ? ((r >> 16) | 1) & s->mask : 1;
 }
 
-static long nx_pscan_cb(__u64 i, void *vctx)
+static long nx_pscan_cb(__u64 i, void *unused)
 {
-	struct nx_pscan *s = vctx;
+	struct nx_alloc_work *aw = nx_alloc_work_get();
+	struct nx_pscan *s;
 	__u32 k, idx;
 	__u64 *w;
+
+	if (!aw)
+		return 1;
+	s = &aw->scan;
 
 	if (s->mask) {
 		k = (s->start + (__u32)i * s->stride) & s->mask;
@@ -196,49 +243,57 @@ static long nx_pscan_cb(__u64 i, void *vctx)
 /* The protocol index and inside port of a claim, in one argument (a BPF call has five). */
 #define NX_PP(pidx, in_port_h) ((__u32)(pidx) << 16 | (__u16)(in_port_h))
 
-/* Claim a free port in block gid (already reserved by the caller) for subscriber sub.
- * pp: NX_PP(protocol index, inside port). Returns the outside port in host order, or -1
- * when the block has no free port. */
-static __noinline int nx_claim_in_block(struct nx_config *cfg, struct nx_sub *sub, __u32 gid,
-					__u32 pp, __u64 word)
+/* Claim a free port in block gid (already reserved by the caller) for subscriber sip,
+ * whose entry is in slot. pp: NX_PP(protocol index, inside port). Returns the outside port
+ * in host order, or -1 when the block has no free port. Global, scalar arguments: called
+ * from three places in the allocator (the current block, the block slots' walk, a new
+ * block), it is verified once instead of once per caller's state, and so is its scan's
+ * callback. */
+__noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
 {
-	__u32 bpa = cfg->blocks_per_addr;
-	__u32 bs = cfg->block_size;
+	struct nx_config *cfg = nx_config();
+	struct nx_sub *sub = nx_sub_at(slot);
 	__u32 pidx = pp >> 16, in_port_h = pp & 0xffff;
-	__u32 addr_idx, first, hint, in;
-	struct nx_pscan s;
+	__u32 addr_idx, first, hint, in, bpa, bs;
+	struct nx_alloc_work *aw = nx_alloc_work_get();
+	struct nx_pscan *s;
 
+	if (!cfg || !sub || !aw)
+		return -1;
+	s = &aw->scan;
+	bpa = cfg->blocks_per_addr;
+	bs = cfg->block_size;
 	if (!bpa || bs < 2 || pidx >= NX_NPROTO)
 		return -1;
 	addr_idx = gid / bpa;
 	first = cfg->port_lo + (gid - addr_idx * bpa) * bs;
-	s.base = nx_port_index(addr_idx, pidx, first);
-	nx_pscan_init(&s, bs / 2);
+	s->base = nx_port_index(addr_idx, pidx, first);
+	nx_pscan_init(s, bs / 2);
 	/* Start at the pair the previous claim drew at random for this one, if it is in this
 	 * block, with this claim's own random step. Kept as arithmetic (in = 0 or 1), not a
 	 * branch: a branch here doubles every path the verifier walks after each of the
-	 * allocator's claims. */
-	hint = (sub->next_port[pidx] - s.base) / 2;
-	in = (__u32)(((__u64)hint - s.half) >> 63);
-	s.start = (s.start & (in - 1)) | (hint & -in);
-	s.word = word;
-	s.found = -1;
+	 * allocator's claims-> */
+	hint = (sub->next_port[pidx] - s->base) / 2;
+	in = (__u32)(((__u64)hint - s->half) >> 63);
+	s->start = (s->start & (in - 1)) | (hint & -in);
+	s->word = nx_port_word(sip, (__u16)in_port_h);
+	s->found = -1;
 	/* parity of the offset that gives an outside port of the inside port's parity */
-	s.par = ((in_port_h ^ first) & 1);
+	s->par = ((in_port_h ^ first) & 1);
 	if (!(cfg->flags & NX_CF_PORT_PARITY) || pidx == NX_P_ICMP)
-		s.par = bpf_get_prandom_u32() & 1;
-	bpf_loop(s.half, nx_pscan_cb, &s, 0);
-	if (s.found < 0) {
-		s.par ^= 1; /* none of that parity left: parity is RECOMMENDED, a port is not */
-		bpf_loop(s.half, nx_pscan_cb, &s, 0);
+		s->par = bpf_get_prandom_u32() & 1;
+	bpf_loop(s->half, nx_pscan_cb, 0, 0);
+	if (s->found < 0) {
+		s->par ^= 1; /* none of that parity left: parity is RECOMMENDED, a port is not */
+		bpf_loop(s->half, nx_pscan_cb, 0, 0);
 	}
-	if (s.found < 0)
+	if (s->found < 0)
 		return -1;
 	/* the next claim's first candidate, unpredictable like any other (RFC 6056) */
-	sub->next_port[pidx] = s.base + 2 * (bpf_get_prandom_u32() % s.half);
+	sub->next_port[pidx] = s->base + 2 * (bpf_get_prandom_u32() % s->half);
 	if (sub->cur_block != gid + 1)
 		sub->cur_block = gid + 1;
-	return first + s.found;
+	return first + s->found;
 }
 
 /* ---- blocks ---- */
@@ -399,39 +454,34 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 #define NX_ALLOC_ERR(reason) (-(int)(reason))
 #define NX_ALLOC_AGAIN (-(int)NX_STAT_MAX) /* lost a race for a block slot: scan again */
 
-/* Walking the subscriber's block slots; a bpf_loop callback so that the verifier checks
- * the body once, not once per slot. */
-struct nx_slots {
-	struct nx_config *cfg;
-	struct nx_sub *sub;
-	__u32 sip;
-	__u32 pp;	 /* NX_PP(protocol index, inside port) */
-	__u32 skip;	 /* gid + 1 of a block already tried (cur_block), or 0 */
-	__u32 nslots;	 /* slots the config uses (max_blocks) */
-	__s32 free_slot; /* lowest reusable slot, -1 if none */
-	__u32 free_val;	 /* what that slot held (0, or a block released meanwhile) */
-	__u32 addr;	 /* the pool address claims are made on (the subscriber's, read once) */
-	int port;	 /* result, -1 until found */
-};
 
-static long nx_slots_cb(__u64 i, void *vctx)
+static long nx_slots_cb(__u64 i, void *unused)
 {
-	struct nx_slots *c = vctx;
+	struct nx_alloc_work *aw = nx_alloc_work_get();
+	struct nx_config *cfg = nx_config();
+	struct nx_slots *c;
+	struct nx_sub *sub;
 	/* Newest block first: slots fill from 0 up, so the older blocks are the full ones, and
 	 * a subscriber holding many would otherwise scan them all for every new flow. */
-	__u32 slot = (c->nslots - 1 - (__u32)i) & (NX_MAX_BLOCKS_PER_SUB - 1);
-	__u32 v, gid;
+	__u32 v, gid, slot;
 	int port;
 
-	v = *(volatile __u32 *)&c->sub->blocks[slot];
+	if (!aw || !cfg)
+		return 1;
+	c = &aw->slots;
+	sub = nx_sub_at(c->slot);
+	if (!sub)
+		return 1;
+	slot = (c->nslots - 1 - (__u32)i) & (NX_MAX_BLOCKS_PER_SUB - 1);
+	v = *(volatile __u32 *)&sub->blocks[slot];
 	if (v == 0) {
 		c->free_slot = slot; /* the scan runs downwards: it ends on the lowest */
 		c->free_val = 0;
 		return 0;
 	}
 	gid = v - 1;
-	if (v == c->skip || gid - c->addr * c->cfg->blocks_per_addr >= c->cfg->blocks_per_addr ||
-	    nx_is_home(c->cfg, c->sip, gid))
+	if (v == c->skip || gid - c->addr * cfg->blocks_per_addr >= cfg->blocks_per_addr ||
+	    nx_is_home(cfg, c->sip, gid))
 		return 0; /* tried first and full, on another address, or the home block */
 	if (nx_block_reserve(gid, c->sip) < 0) {
 		/* released by the daemon (or never ours): the slot is reusable */
@@ -439,7 +489,7 @@ static long nx_slots_cb(__u64 i, void *vctx)
 		c->free_val = v;
 		return 0;
 	}
-	port = nx_claim_in_block(c->cfg, c->sub, gid, c->pp, nx_port_word(c->sip, (__u16)c->pp));
+	port = nx_claim_in_block(c->slot, gid, c->pp, c->sip);
 	if (port >= 0) {
 		c->port = port;
 		return 1;
@@ -448,57 +498,84 @@ static long nx_slots_cb(__u64 i, void *vctx)
 	return 0;
 }
 
-/* nx_alloc_port took the subscriber's home block: its port is the home walk's to claim */
-#define NX_ALLOC_HOME (-(int)NX_STAT_MAX - 1)
-
-/* Allocate an outside port for (sip, in_port) on pool address addr in the subscriber's
- * blocks other than its home block, taking a new block there when its blocks are full and
- * the quota allows: its home block if free (then NX_ALLOC_HOME), else any. */
-static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *sub, __u32 addr,
-					 __u32 sip, __u32 pidx, __u16 in_port_h)
+/* How many of the subscriber's first max block slots are in use: slots fill from 0 up, so
+ * this is one past the newest block (0: none). Global: a loop in the caller would leave
+ * the verifier one state per exit, each with its own exact count, and that count indexes
+ * the slots further on, so the states never merge and everything after the loop is
+ * verified once per count (over 1M instructions on some 6.18 builds). Here the caller sees
+ * one unknown scalar. */
+__noinline __u32 nx_blocks_top(struct nx_sub *sub, __u32 max)
 {
-	struct nx_slots c = {};
-	__u32 max = cfg->max_blocks, top, cur;
-	__s64 gid;
-	int port;
+	__u32 top = max;
 
-	if (max > NX_MAX_BLOCKS_PER_SUB)
-		max = NX_MAX_BLOCKS_PER_SUB;
-	c.cfg = cfg;
-	c.sub = sub;
-	c.addr = addr;
-	c.sip = sip;
-	c.pp = NX_PP(pidx, in_port_h);
-	c.free_slot = -1;
-	c.port = -1;
-	/* The block the last port came from first: the block slots (two more lines) are not
-	 * read at all while it has room. (Never the home block: the walk claims there.) */
-	cur = *(volatile __u32 *)&sub->cur_block;
-	if (cur && cur - 1 - addr * cfg->blocks_per_addr < cfg->blocks_per_addr &&
-	    (__s64)(cur - 1) != nx_home_gid(sip) && nx_block_reserve(cur - 1, sip) == 0) {
-		port = nx_claim_in_block(cfg, sub, cur - 1, c.pp, nx_port_word(sip, in_port_h));
-		if (port >= 0)
-			return port;
-		nx_block_unreserve(cur - 1);
-		c.skip = cur;
-	}
-	/* Slots fill from 0 up: skip the empty ones above the newest block with a plain loop
-	 * (a few loads) rather than one callback each; the lowest of them is the slot a new
-	 * block would take if every held block is full. */
-	top = max;
+	if (!sub)
+		return 0;
 	for (__u32 i = 0; i < NX_MAX_BLOCKS_PER_SUB; i++) {
 		if (top == 0 ||
 		    *(volatile __u32 *)&sub->blocks[(top - 1) & (NX_MAX_BLOCKS_PER_SUB - 1)])
 			break;
 		top--;
 	}
+	return top;
+}
+
+/* nx_alloc_port took the subscriber's home block: its port is the home walk's to claim */
+#define NX_ALLOC_HOME (-(int)NX_STAT_MAX - 1)
+
+/* Allocate an outside port for (sip, inside port) on pool address addr in the subscriber's
+ * blocks other than its home block, taking a new block there when its blocks are full and
+ * the quota allows: its home block if free (then NX_ALLOC_HOME), else any. slot: the
+ * subscriber's entry; pp: NX_PP(protocol index, inside port). Global, scalar arguments:
+ * nx_alloc calls it twice (a lost race for a block slot is tried once more), and it is
+ * verified once. */
+__noinline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
+{
+	struct nx_config *cfg = nx_config();
+	struct nx_sub *sub = nx_sub_at(slot);
+	struct nx_alloc_work *aw = nx_alloc_work_get();
+	__u32 max, top, cur;
+	struct nx_slots *c;
+	__s64 gid;
+	int port;
+
+	if (!cfg || !sub || !aw)
+		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
+	c = &aw->slots;
+	c->skip = 0;
+	max = cfg->max_blocks;
+
+	if (max > NX_MAX_BLOCKS_PER_SUB)
+		max = NX_MAX_BLOCKS_PER_SUB;
+	c->addr = addr;
+	c->slot = slot;
+	c->sip = sip;
+	c->pp = pp;
+	c->free_slot = -1;
+	c->port = -1;
+	/* The block the last port came from first: the block slots (two more lines) are not
+	 * read at all while it has room. (Never the home block: the walk claims there.) */
+	cur = *(volatile __u32 *)&sub->cur_block;
+	if (cur && cur - 1 - addr * cfg->blocks_per_addr < cfg->blocks_per_addr &&
+	    (__s64)(cur - 1) != nx_home_gid(sip) && nx_block_reserve(cur - 1, sip) == 0) {
+		port = nx_claim_in_block(slot, cur - 1, pp, sip);
+		if (port >= 0)
+			return port;
+		nx_block_unreserve(cur - 1);
+		c->skip = cur;
+	}
+	/* Slots fill from 0 up: skip the empty ones above the newest block with a plain loop
+	 * (a few loads) rather than one callback each; the lowest of them is the slot a new
+	 * block would take if every held block is full. */
+	top = nx_blocks_top(sub, max);
+	if (top > max)
+		top = max;
 	if (top < max)
-		c.free_slot = top;
-	c.nslots = top;
-	bpf_loop(top, nx_slots_cb, &c, 0);
-	if (c.port >= 0)
-		return c.port;
-	if (c.free_slot < 0)
+		c->free_slot = top;
+	c->nslots = top;
+	bpf_loop(top, nx_slots_cb, 0, 0);
+	if (c->port >= 0)
+		return c->port;
+	if (c->free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 	if (!nx_log_room(cfg))
 		return NX_ALLOC_ERR(NX_DROP_LOG_FULL);
@@ -510,8 +587,8 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		gid = nx_block_claim(cfg, addr, sip);
 	if (gid < 0)
 		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
-	if (__sync_val_compare_and_swap(&sub->blocks[c.free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
-					c.free_val, (__u32)gid + 1) != c.free_val) {
+	if (__sync_val_compare_and_swap(&sub->blocks[c->free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
+					c->free_val, (__u32)gid + 1) != c->free_val) {
 		/* another CPU filled that slot first: give ours back, look again (once) */
 		nx_block_unclaim(gid, sip);
 		nx_count(NX_STAT_ALLOC_RETRY);
@@ -523,7 +600,7 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 		nx_block_unreserve(gid);
 		return NX_ALLOC_HOME;
 	}
-	port = nx_claim_in_block(cfg, sub, gid, c.pp, nx_port_word(sip, in_port_h));
+	port = nx_claim_in_block(slot, gid, pp, sip);
 	if (port < 0) {
 		nx_block_unreserve(gid);
 		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
@@ -533,30 +610,24 @@ static __always_inline int nx_alloc_port(struct nx_config *cfg, struct nx_sub *s
 
 /* Find or create the subscriber entry. A new subscriber gets a block on the pool address
  * the daemon designated (addr_hint), or on one of three addresses picked by a hash of its
- * own if that one is full. */
-static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32 sip, int *reason)
+ * own if that one is full. Returns the entry's slot, or minus a drop reason. */
+static __always_inline long nx_subscriber(struct nx_config *cfg, __u32 sip)
 {
-	struct nx_sub *sub = nx_sub_lookup(cfg, sip);
+	__u32 slot = nx_sub_lookup_slot(cfg, sip);
 	__u32 n = cfg->n_addrs, a = 0, ti = NX_TAB_SUBS, *cnt;
 	__s64 gid = -1, r;
 
-	if (sub)
-		return sub;
+	if (slot != NX_TAB_NONE)
+		return slot;
 	/* a full table refuses before a block is taken from the pool (nx_sub_insert checks
 	 * again, exactly) */
 	cnt = bpf_map_lookup_elem(&nx_tab_cnt, &ti);
-	if (!cnt || *(volatile __u32 *)cnt >= cfg->sub_max) {
-		*reason = NX_DROP_TABLE_FULL;
-		return 0;
-	}
-	if (!n) {
-		*reason = NX_DROP_POOL_EXHAUSTED;
-		return 0;
-	}
-	if (!nx_log_room(cfg)) {
-		*reason = NX_DROP_LOG_FULL;
-		return 0;
-	}
+	if (!cnt || *(volatile __u32 *)cnt >= cfg->sub_max)
+		return -NX_DROP_TABLE_FULL;
+	if (!n)
+		return -NX_DROP_POOL_EXHAUSTED;
+	if (!nx_log_room(cfg))
+		return -NX_DROP_LOG_FULL;
 	/* its home block when free (a new subscriber has no mapping anywhere: not mixed); a
 	 * subscriber whose home another holds goes where the daemon designated */
 	gid = nx_home_take(sip, NX_ANY_ADDR, 0);
@@ -574,10 +645,8 @@ static __always_inline struct nx_sub *nx_subscriber(struct nx_config *cfg, __u32
 		if (gid >= 0)
 			break;
 	}
-	if (gid < 0) {
-		*reason = NX_DROP_POOL_EXHAUSTED;
-		return 0;
-	}
+	if (gid < 0)
+		return -NX_DROP_POOL_EXHAUSTED;
 claimed:
 	/* The block is recorded with its reservation dropped: the first port is claimed
 	 * through the normal path, which reserves again. */
@@ -589,17 +658,25 @@ claimed:
 
 		if (w && __sync_val_compare_and_swap(w, (__u64)sip, 0) == (__u64)sip)
 			nx_log_block(gid, sip, NX_LOG_BLOCK_FREE); /* its allocation was logged */
-		if (r < 0) {
-			*reason = (int)-r;
-			return 0;
-		}
+		if (r < 0)
+			return r;
 	} else {
 		nx_count(NX_STAT_SUB_CREATED);
 	}
-	sub = nx_sub_at((__u32)r);
-	if (!sub)
-		*reason = NX_DROP_INTERNAL;
-	return sub;
+	return (__u32)r;
+}
+
+/* nx_subscriber as a global function: the slot of subscriber sip's entry, created when
+ * new, or minus a drop reason. Global, so that its frame (the new subscriber's block
+ * claim) is not part of the allocator's, whose call chain is the data plane's deepest, and
+ * verified once. */
+__noinline long nx_sub_get(__u32 sip)
+{
+	struct nx_config *cfg = nx_config();
+
+	if (!cfg)
+		return -NX_DROP_INTERNAL;
+	return nx_subscriber(cfg, sip);
 }
 
 /* Whether inside port in_port_h of protocol pidx is of the low class (RFC 4787 REQ-3, when
@@ -613,30 +690,39 @@ static __always_inline int nx_low_class(struct nx_config *cfg, __u32 pidx, __u32
 /* Port class (RFC 4787 REQ-3): an inside port below 1024 gets an outside port below 1024.
  * Ports 1-1023 of every pool address are kept out of the block system for this (the
  * config refuses a pool.ports range reaching below 1024 while port_class is on); claimed
- * straight from the subscriber's address, with the same compare-and-swap. */
-static __always_inline int nx_alloc_low_port(struct nx_config *cfg, struct nx_sub *sub, __u32 addr,
-					     __u32 sip, __u32 pidx, __u16 in_port_h)
+ * straight from the subscriber's address, with the same compare-and-swap. pp: NX_PP(protocol
+ * index, inside port); slot: the subscriber's entry. Global: its scan's frame stays out of
+ * the allocator's (the deepest call chain), and it is verified once. */
+__noinline int nx_alloc_low_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
 {
-	struct nx_pscan s;
+	struct nx_config *cfg = nx_config();
+	struct nx_sub *sub = nx_sub_at(slot);
+	__u32 pidx = pp >> 16, in_port_h = pp & 0xffff;
+	struct nx_alloc_work *aw = nx_alloc_work_get();
+	struct nx_pscan *s;
 
-	s.base = nx_port_index(addr, pidx, 1); /* offset k is port 1 + k */
-	nx_pscan_init(&s, 511);		       /* ports 1..1022 in pairs; 1023 is left unused */
-	s.word = nx_port_word(sip, in_port_h);
-	s.found = -1;
+	if (!cfg || !sub || !aw)
+		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
+	s = &aw->scan;
+
+	s->base = nx_port_index(addr, pidx, 1); /* offset k is port 1 + k */
+	nx_pscan_init(s, 511);		       /* ports 1..1022 in pairs; 1023 is left unused */
+	s->word = nx_port_word(sip, in_port_h);
+	s->found = -1;
 	/* offset parity p gives ports of parity !p */
-	s.par = (cfg->flags & NX_CF_PORT_PARITY) && pidx != NX_P_ICMP ? !(in_port_h & 1)
+	s->par = (cfg->flags & NX_CF_PORT_PARITY) && pidx != NX_P_ICMP ? !(in_port_h & 1)
 								      : bpf_get_prandom_u32() & 1;
-	bpf_loop(s.half, nx_pscan_cb, &s, 0);
-	if (s.found < 0) {
-		s.par ^= 1;
-		bpf_loop(s.half, nx_pscan_cb, &s, 0);
+	bpf_loop(s->half, nx_pscan_cb, 0, 0);
+	if (s->found < 0) {
+		s->par ^= 1;
+		bpf_loop(s->half, nx_pscan_cb, 0, 0);
 	}
-	if (s.found < 0)
+	if (s->found < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 	/* counted in the subscriber, which the daemon keeps while any is held: its pool
 	 * address stays its own even with no block */
 	__sync_fetch_and_add(&sub->low_used, 1);
-	return 1 + s.found;
+	return 1 + s->found;
 }
 
 /* Per-subscriber limit on the rate of new mappings (RFC 6888 REQ-5): a token bucket of
@@ -717,16 +803,19 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h, __u32 home_full
 	 * the 512-byte stack's limit */
 	__u32 hp = (home_full ? 1u << 16 : 0) | (in_port_h & 0xffff);
 	struct nx_config *cfg = nx_config();
-	int reason = NX_DROP_INTERNAL;
 	struct nx_sub *sub;
 	int port, low;
 	__u32 addr;
+	long slot;
 
 	if (!cfg)
 		return -NX_DROP_INTERNAL;
-	sub = nx_subscriber(cfg, sip, &reason);
+	slot = nx_sub_get(sip);
+	if (slot < 0)
+		return slot;
+	sub = nx_sub_at((__u32)slot);
 	if (!sub)
-		return -reason;
+		return -NX_DROP_INTERNAL;
 	if (!nx_rate_ok(cfg, sub))
 		return -NX_DROP_RATE_LIMITED;
 	addr = *(volatile __u32 *)&sub->addr_idx;
@@ -736,11 +825,11 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h, __u32 home_full
 	if (!low && !(hp >> 16) && nx_home_owned(sip))
 		return NX_ALLOC_HOME;
 	if (low)
-		port = nx_alloc_low_port(cfg, sub, addr, sip, pidx, (__u16)hp);
+		port = nx_alloc_low_port((__u32)slot, addr, sip, NX_PP(pidx, hp));
 	else
-		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)hp);
+		port = nx_alloc_port((__u32)slot, addr, sip, NX_PP(pidx, hp));
 	if (port == NX_ALLOC_AGAIN) /* the winner's block is in the slot now */
-		port = nx_alloc_port(cfg, sub, addr, sip, pidx, (__u16)hp);
+		port = nx_alloc_port((__u32)slot, addr, sip, NX_PP(pidx, hp));
 	if (port == NX_ALLOC_AGAIN)
 		port = NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 	if (port == NX_ALLOC_HOME)
@@ -763,9 +852,9 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h, __u32 home_full
 __noinline long nx_sub_pool_addr(__u32 sip)
 {
 	struct nx_config *cfg = nx_config();
-	int reason = NX_DROP_INTERNAL;
 	struct nx_sub *sub;
 	__u32 idx, *addr;
+	long slot;
 
 	if (!cfg)
 		return -NX_DROP_INTERNAL;
@@ -775,9 +864,12 @@ __noinline long nx_sub_pool_addr(__u32 sip)
 		if (nx_det_range(cfg, sip, &idx, &first) < 0)
 			return -NX_DROP_NOT_SUBSCRIBER;
 	} else {
-		sub = nx_subscriber(cfg, sip, &reason);
+		slot = nx_sub_get(sip);
+		if (slot < 0)
+			return slot;
+		sub = nx_sub_at((__u32)slot);
 		if (!sub)
-			return -reason;
+			return -NX_DROP_INTERNAL;
 		idx = sub->addr_idx;
 	}
 	addr = bpf_map_lookup_elem(&nx_pool, &idx);

@@ -110,6 +110,29 @@ static __always_inline struct nx_sub *nx_sub_lookup(struct nx_config *cfg, __u32
 	return nx_sub_at(nx_sub_find(sip));
 }
 
+/* The same as nx_sub_lookup, as the slot (NX_TAB_NONE when sip has no entry). */
+static __always_inline __u32 nx_sub_lookup_slot(struct nx_config *cfg, __u32 sip)
+{
+	__u32 home;
+	struct nx_sub *e;
+	__u64 k;
+
+	if (!cfg->sub_nslots)
+		return NX_TAB_NONE;
+	home = nx_sub_home(nx_sub_hash(cfg, sip), cfg->sub_nslots);
+	e = nx_sub_at(home);
+	if (!e)
+		return NX_TAB_NONE;
+	k = *(volatile __u64 *)&e->key;
+	if (k == NX_SUB_KEY(NX_SUB_LIVE, sip)) {
+		nx_order_barrier();
+		return home;
+	}
+	if (NX_SUB_STATE(k) == NX_SUB_EMPTY)
+		return NX_TAB_NONE;
+	return nx_sub_find(sip);
+}
+
 /* Create subscriber sip on pool address addr_idx holding block gid (global id, already
  * claimed for sip). Returns the slot, with NX_TAB_NEW set when this call created it (an
  * existing entry is returned as it is, and the caller gives its block back), or -reason.

@@ -24,6 +24,7 @@ pub mod dataplane;
 pub mod expiry;
 pub mod fibwatch;
 pub mod frag;
+pub mod headroom;
 pub mod lookup;
 pub mod metrics;
 pub mod natlog;
