@@ -4,7 +4,7 @@ CARGO ?= $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
 BIN := target/release/natrix
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help deps deps-test deps-bench deps-lint deps-hw build test demo bench hw-test lint fmt clean
+.PHONY: help deps deps-test deps-bench deps-lint deps-hw deps-kernels build test kernel-matrix demo bench hw-test lint fmt clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -12,15 +12,19 @@ help: ## this list
 deps: ## check the machine for building, install what is missing (apt-get)
 	@scripts/deps.sh build
 
-deps-test deps-bench deps-lint deps-hw: # what make test, make bench, make lint and make hw-test need besides
+deps-test deps-bench deps-lint deps-hw deps-kernels: # what make test, bench, lint, hw-test and kernel-matrix need besides
 	@scripts/deps.sh $(@:deps-%=%)
 
 build: deps ## build target/release/natrix (data plane included): the product only
 	$(CARGO) build --release --locked -p natrix
 
-test: build deps-test deps-hw ## every test: unit, BPF_PROG_TEST_RUN packets, namespaces (needs root), then make hw-test
+test: build deps-test deps-hw deps-kernels ## every test: unit, BPF_PROG_TEST_RUN packets, namespaces (needs root), make kernel-matrix, make hw-test
 	$(CARGO) test --release --locked --workspace -- --test-threads=2
+	CARGO=$(CARGO) tests/kernels/matrix.sh
 	hw/run-tests.sh
+
+kernel-matrix: build deps-test deps-kernels ## the data plane's tests on Linux 6.1, 6.12 (qemu -accel tcg) and this kernel, clang 14 and 19 (tests/kernels/)
+	CARGO=$(CARGO) tests/kernels/matrix.sh
 
 demo: build deps-test ## namespaces, gateway, traffic from two subscribers, sessions shown
 	scripts/demo.sh

@@ -3,8 +3,12 @@
 // the workspace: included by build.rs (the data plane) and bench/build.rs (the benchmark's
 // programs).
 
-/// Compiles `source` (include path `include`) and writes its skeleton to `out`.
+/// Compiles `source` (include path `include`) and writes its skeleton to `out`. The compiler
+/// is `clang` from PATH, or `$NATRIX_CLANG` (e.g. /usr/bin/clang-19: tests/kernels/matrix.sh
+/// builds the object with both).
 fn skeleton(source: &str, include: &str, out: &std::path::Path) {
+    println!("cargo:rerun-if-env-changed=NATRIX_CLANG");
+    let clang = std::env::var_os("NATRIX_CLANG").unwrap_or_else(|| "clang".into());
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
     let multiarch = match arch.as_str() {
         "aarch64" => "aarch64-linux-gnu",
@@ -12,6 +16,7 @@ fn skeleton(source: &str, include: &str, out: &std::path::Path) {
     };
     libbpf_cargo::SkeletonBuilder::new()
         .source(source)
+        .clang(clang)
         .clang_args([
             "-O2".to_string(),
             "-g".to_string(),

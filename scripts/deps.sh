@@ -5,9 +5,10 @@ set -euo pipefail
 
 # What is checked depends on the target (make passes it): build needs the compilers and
 # libraries only; test adds the tools the tests drive; bench and lint add theirs; hw is
-# make hw-test's alone (the RTL's simulators and Yosys; no Rust, no BPF).
+# make hw-test's alone (the RTL's simulators and Yosys; no Rust, no BPF); kernels is what
+# tests/kernels/ needs besides build's (make kernel-matrix: Debian's kernels under qemu).
 what=${1:-build}
-case $what in build | test | bench | lint | hw) ;; *) echo "deps: unknown target $what (build, test, bench, lint, hw)" >&2; exit 2 ;; esac
+case $what in build | test | bench | lint | hw | kernels) ;; *) echo "deps: unknown target $what (build, test, bench, lint, hw, kernels)" >&2; exit 2 ;; esac
 need_pkgs=()
 check() { # check <command-or-file> <debian package>
 	if [[ $1 == /* ]]; then [[ -e $1 ]] || need_pkgs+=("$2")
@@ -22,8 +23,21 @@ if [[ $what == hw ]]; then
 	check yosys yosys         # hw/formal/: the SAT proofs; synthesis (Debian 12: 0.23)
 	check /usr/include/linux/types.h linux-libc-dev # __u16, __u32 for bpf/nx_csum.h on the host
 fi
+if [[ $what == kernels ]]; then
+	check qemu-system-x86_64 qemu-system-x86 # tests/kernels/vm.sh: the kernels under -accel tcg
+	check busybox busybox-static # the guest's initramfs (static: it runs before the 9p root)
+	if command -v busybox >/dev/null && ldd "$(command -v busybox)" >/dev/null 2>&1; then need_pkgs+=(busybox-static); fi
+	check cpio cpio
+	check depmod kmod # modules.dep for the extracted kernels; modprobe in the guest
+	check xz xz-utils # Debian 13's modules are .ko.xz
+	check jq jq # the test binaries' paths from cargo's JSON
+	check clang-19 clang-19 # the data plane built with the newer compiler as well (Debian 12: 19.1.7)
+	check dpkg-deb dpkg
+	# trixie's archive key: in debian-archive-keyring 2023.3+deb12u2 (April 2025) and later
+	check /usr/share/keyrings/debian-archive-trixie-stable.gpg debian-archive-keyring
+fi
 # build
-if [[ $what != hw ]]; then
+if [[ $what != hw && $what != kernels ]]; then
 	check clang clang
 	check llvm-strip llvm
 	check pkg-config pkg-config
@@ -64,6 +78,10 @@ if ((${#need_pkgs[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q || true
 	apt-get install -y -q --no-install-recommends "${need_pkgs[@]}"
+fi
+if [[ $what == kernels ]]; then
+	echo "deps (kernels): ok ($(qemu-system-x86_64 --version | head -1 | awk '{print "qemu", $4}'), $(clang-19 --version | head -1 | grep -o 'clang version [0-9.]*'))"
+	exit 0
 fi
 if [[ $what == hw ]]; then
 	echo "deps (hw): ok ($(verilator --version | awk '{print $1, $2}'), $(iverilog -V 2>&1 | head -1 | awk '{print "Icarus Verilog", $4}'), $(yosys -V | awk '{print $1, $2}'))"

@@ -24,11 +24,11 @@ cache=${NATRIX_KERNEL_CACHE:-/var/cache/natrix-kernels}/$release
 arch=$(dpkg --print-architecture)
 log() { echo "fetch.sh ($release): $*" >&2; }
 
-# The archive's signatures are checked: bookworm's debian-archive-keyring (2023.3+deb12u1
-# and later) carries trixie's archive keys as well (debian-archive-trixie-*.gpg).
+# The archive's signatures are checked: bookworm's debian-archive-keyring (2023.3+deb12u2
+# of April 2025 and later) carries trixie's archive keys as well (debian-archive-trixie-*.gpg).
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 for k in "$keyring" "/usr/share/keyrings/debian-archive-$release-stable.gpg"; do
-	[[ -e $k ]] || { echo "fetch.sh: $k missing: apt-get install debian-archive-keyring (bookworm's 2023.3+deb12u1 or later knows trixie)" >&2; exit 1; }
+	[[ -e $k ]] || { echo "fetch.sh: $k missing: apt-get install debian-archive-keyring (bookworm's 2023.3+deb12u2 or later knows trixie)" >&2; exit 1; }
 done
 
 apt_dir=$cache/apt

@@ -23,6 +23,8 @@
 #                page-table isolation; the verifier's checks for root are the same)
 #   VM_CONSOLE=1 the guest's console (boot messages) on stderr as well
 #   VM_KEEP=1    keep the temporary directory (console.log, the guest's scripts)
+#   VM_QUIET=1   no "exit N in T s" line at the end
+#   VM_UNAME_FILE  a file vm.sh writes the guest's uname -r to
 # Exit: CMD's status; 124 timeout; 125 the guest did not boot or did not run CMD (the
 # console's last lines on stderr).
 # The guest: /proc, /sys, /sys/fs/bpf, /sys/kernel/debug, /sys/fs/cgroup, /dev, /run (and
@@ -55,10 +57,10 @@ vmlinuz=$kdir/boot/vmlinuz-$kver
 [[ -r $vmlinuz ]] || die "no $vmlinuz"
 moddir=$(realpath "$kdir/lib/modules/$kver")
 [[ $moddir == /* ]] || die "bad module directory"
-for t in qemu-system-x86_64 busybox cpio modprobe timeout; do
-	command -v "$t" >/dev/null || die "$t missing (make deps-kernels, or scripts/deps.sh kernels)"
+for t in qemu-system-x86_64 busybox cpio modprobe depmod timeout xz; do
+	command -v "$t" >/dev/null || die "$t missing (scripts/deps.sh kernels installs it)"
 done
-[[ $(file -b "$(command -v busybox)") == *static* ]] || die "busybox is not static: apt-get install busybox-static"
+! ldd "$(command -v busybox)" >/dev/null 2>&1 || die "busybox is not static: apt-get install busybox-static"
 
 # --- the initramfs: busybox, the modules that mount the 9p root, /init. Cached per kernel.
 read -r -d '' init_script <<'INIT' || true
@@ -183,6 +185,7 @@ printf '#!/bin/sh\nexec /sbin/modprobe -d %q "\$@"\n' "$kdir" >/run/natrix-modpr
 chmod 755 /run/natrix-modprobe
 echo /run/natrix-modprobe >/proc/sys/kernel/modprobe
 for m in ${VM_MODULES-veth}; do /run/natrix-modprobe "\$m" || echo "natrix-vm: modprobe \$m failed" >/dev/console; done
+uname -r >/run/natrix-vm/uname
 echo "natrix-vm: running on \$(uname -r)" >/dev/console
 if [[ $interactive == 1 ]]; then
 	setsid -c -w bash /run/natrix-vm/cmd <>/dev/ttyS0 >&0 2>&0
@@ -211,7 +214,7 @@ qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp "${VM_SMP:-2}" -m "${VM_MEM:-2
 	-device virtio-9p-pci,fsdev=natrixio,mount_tag=natrixio)
 timeout=${VM_TIMEOUT:-900}
 ((interactive)) && [[ -z ${VM_TIMEOUT:-} ]] && timeout=0
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 if ((interactive)); then
 	echo "vm.sh: $kver, interactive (Ctrl-A x kills the guest)" >&2
 	qemu+=(-serial mon:stdio)
@@ -240,10 +243,11 @@ else
 	wait "${tails[@]}" 2>/dev/null || true
 	tails=()
 fi
-secs=$(echo "$(date +%s.%N) - $t0" | bc)
+ms=$((($(date +%s%N) - t0) / 1000000))
+[[ -n ${VM_UNAME_FILE:-} && -s $io/uname ]] && cp "$io/uname" "$VM_UNAME_FILE"
 if [[ -s $io/rc ]]; then
 	rc=$(cat "$io/rc")
-	[[ ${VM_QUIET:-0} == 1 ]] || printf 'vm.sh: %s: exit %s in %.1f s\n' "$kver" "$rc" "$secs" >&2
+	[[ ${VM_QUIET:-0} == 1 ]] || printf 'vm.sh: %s: exit %s in %d.%d s\n' "$kver" "$rc" $((ms / 1000)) $((ms % 1000 / 100)) >&2
 	exit "$rc"
 fi
 if [[ $qrc == 137 || $qrc == 124 ]]; then
