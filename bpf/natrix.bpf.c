@@ -35,7 +35,21 @@ int nx_xdp_outside(struct xdp_md *ctx)
 /* The slow path (nx_slow.h), reached by tail call only (nx_progs). Its exit goes on to the
  * capture when the packet is being captured. */
 SEC("xdp")
-int nx_xdp_inside_slow(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_inside(ctx)); }
+int nx_xdp_inside_slow(struct xdp_md *ctx)
+{
+	struct nx_config *cfg = nx_config();
+
+	if (cfg && cfg->det_count) {
+		/* deterministic mode: the same path with that mode's mappings */
+		bpf_tail_call(ctx, &nx_progs, NX_PROG_INSIDE_SLOW_DET);
+		return nx_exit_cap(ctx, nx_drop(NX_DROP_INTERNAL));
+	}
+	return nx_exit_cap(ctx, nx_slow_inside(ctx, 0));
+}
+
+/* The slow path in deterministic mode (RFC 7422, nx_det.h), from nx_xdp_inside_slow. */
+SEC("xdp")
+int nx_xdp_inside_slow_det(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_inside(ctx, 1)); }
 
 SEC("xdp")
 int nx_xdp_outside_slow(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_outside(ctx)); }
@@ -60,17 +74,33 @@ int nx_xdp_outside_cap(struct xdp_md *ctx)
 SEC("xdp")
 int nx_xdp_cap_emit(struct xdp_md *ctx) { return nx_cap_emit(ctx); }
 
-/* The control program (nx_ctl.h): run by the daemon (BPF_PROG_RUN) on the batch it put in
- * nx_reap_buf: expired candidates to delete, or static forwards to add or remove. */
+/* The control programs (nx_ctl.h), one per command: run by the daemon (BPF_PROG_RUN) on
+ * the batch it put in nx_reap_buf: expired sessions, mappings or subscribers to delete,
+ * static forwards to add or remove. */
+SEC("syscall")
+int nx_ctl_sess(void *ctx) { return nx_ctl_batch(NX_REAP_SESSIONS); }
+
+SEC("syscall")
+int nx_ctl_maps(void *ctx) { return nx_ctl_batch(NX_REAP_MAPPINGS); }
+
+SEC("syscall")
+int nx_ctl_subs(void *ctx) { return nx_ctl_batch(NX_REAP_SUBS); }
+
+SEC("syscall")
+int nx_ctl_static_add(void *ctx) { return nx_ctl_batch(NX_CTL_STATIC_ADD); }
+
+SEC("syscall")
+int nx_ctl_static_del(void *ctx) { return nx_ctl_batch(NX_CTL_STATIC_DEL); }
+
+/* Every command in one program, for a daemon that does not pick the program by command
+ * yet (the same callbacks; transitional). */
 SEC("syscall")
 int nx_ctl(void *ctx)
 {
 	__u32 zero = 0;
-	struct nx_reap_args *args = bpf_map_lookup_elem(&nx_reap_buf, &zero);
+	struct nx_reap_args *a = bpf_map_lookup_elem(&nx_reap_buf, &zero);
 
-	if (!args)
-		return -1;
-	return nx_reap_batch(args);
+	return a ? nx_ctl_batch(a->op) : -1;
 }
 
 /* Run by the daemon (BPF_PROG_RUN) to relate the packet path's clock to CLOCK_MONOTONIC:

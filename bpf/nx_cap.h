@@ -79,8 +79,13 @@ static __always_inline void nx_cap_rx(struct xdp_md *ctx)
 	b->rec.rx_ifindex = ctx->ingress_ifindex;
 	b->rec.rx_len = len;
 	b->rec.rx_cap = 0;
-	if (cap > 0 && cap <= NX_CAP_SNAP_MAX && !bpf_xdp_load_bytes(ctx, 0, b->data, cap))
-		b->rec.rx_cap = cap;
+	/* two tests the compiler cannot fold into one (cap - 1 < MAX): Linux 6.12's verifier
+	 * would not carry that bound back to cap, and refuses a length that may be 0 */
+	if (cap > 0) {
+		asm volatile("" : "+r"(cap));
+		if (cap <= NX_CAP_SNAP_MAX && !bpf_xdp_load_bytes(ctx, 0, b->data, cap))
+			b->rec.rx_cap = cap;
+	}
 	b->armed = 1;
 }
 
@@ -163,9 +168,12 @@ static __always_inline int nx_cap_emit(struct xdp_md *ctx)
 		len = bpf_xdp_get_buff_len(ctx);
 		cap = nx_cap_len((c->flags & NX_CAPF_NO_PAIR) ? NX_CAP_HDR_ONLY : c->snap, len);
 		b->rec.tx_len = len;
-		if (cap > 0 && cap <= NX_CAP_SNAP_MAX &&
-		    !bpf_xdp_load_bytes(ctx, 0, b->data + rx_cap, cap))
-			tx_cap = cap;
+		if (cap > 0) { /* two tests, as in nx_cap_rx */
+			asm volatile("" : "+r"(cap));
+			if (cap <= NX_CAP_SNAP_MAX &&
+			    !bpf_xdp_load_bytes(ctx, 0, b->data + rx_cap, cap))
+				tx_cap = cap;
+		}
 	}
 	b->rec.tx_cap = tx_cap;
 	size = sizeof(b->rec) + rx_cap + tx_cap;

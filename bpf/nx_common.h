@@ -44,4 +44,33 @@
  * "How CPUs share state"); the daemon refuses to load the data plane on one. */
 #define nx_order_barrier() asm volatile("" ::: "memory")
 
+/* &p->field, or NULL when p (a map lookup's result) is NULL. Written plainly, clang (14
+ * and 19 alike) may compute the field's address before the test and select between it and
+ * NULL, and Linux 6.1 and 6.12 refuse arithmetic on a pointer not yet checked ("pointer
+ * arithmetic on map_value_or_null prohibited"); the empty asm after the test keeps the
+ * address computation behind it. */
+#define NX_FIELD_OR_NULL(p, field)                                                             \
+	({                                                                                     \
+		typeof(p) __p = (p);                                                           \
+		typeof(&__p->field) __r = 0;                                                   \
+		if (__p) {                                                                     \
+			asm volatile("" : "+r"(__p));                                          \
+			__r = &__p->field;                                                     \
+		}                                                                              \
+		__r;                                                                           \
+	})
+
+/* A 16-bit field in network order (a length) in host order, with its range known to the
+ * verifier. Linux 6.12's verifier gives a byte swap's result no bounds at all (6.18's keeps
+ * them), and refuses a packet pointer plus such a scalar ("makes pkt pointer be out of
+ * bounds") even after a compare; the mask restores the bound, and being asm the compiler
+ * cannot drop it as redundant. One instruction. */
+static __always_inline __u32 nx_ntohs_len(__be16 v)
+{
+	__u64 x = bpf_ntohs(v);
+
+	asm volatile("%0 &= 0xffff" : "+r"(x));
+	return (__u32)x;
+}
+
 #endif /* NX_COMMON_H */

@@ -246,7 +246,7 @@ static __always_inline struct nx_map *nx_det_cur(void)
 {
 	struct nx_scratch *scr = nx_scratch_get();
 
-	return scr ? &scr->dmap : 0;
+	return NX_FIELD_OR_NULL(scr, dmap);
 }
 
 /* The deterministic mapping whose port word (USED) names inside endpoint mk, on pool

@@ -75,7 +75,7 @@ static __always_inline int nx_frag_in(struct xdp_md *ctx, struct nx_pkt *p, __u3
 		nx_count(NX_STAT_FRAG_IN);
 		return NX_OK;
 	}
-	len = bpf_ntohs(p->ip->tot_len);
+	len = nx_ntohs_len(p->ip->tot_len);
 	if (len > NX_FRAG_HOLD_MAX)
 		return -NX_DROP_FRAG_TOO_BIG;
 	/* a record of the size it needs: a fragment of a 1500-byte link takes 1.5 KiB of the

@@ -98,7 +98,7 @@ static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_
 	hlen = ip->ihl * 4;
 	if (hlen < 20 || hlen > 60)
 		return -NX_DROP_MALFORMED_IP;
-	icmp_len = bpf_ntohs(ip->tot_len);
+	icmp_len = nx_ntohs_len(ip->tot_len);
 	if (icmp_len < hlen + 8 + 20 + 8)
 		return -NX_DROP_ICMP_MALFORMED;
 	icmp_len -= hlen;
@@ -117,7 +117,7 @@ static __always_inline int nx_icmp_err_parse(struct xdp_md *ctx, struct nx_icmp_
 	el4 = (void *)eip + ehl;
 	/* bounded by the frame (for the verifier) and by the IP packet: link-layer padding
 	 * after it is not part of the quote */
-	ip_end = (void *)ip + bpf_ntohs(ip->tot_len);
+	ip_end = (void *)ip + nx_ntohs_len(ip->tot_len);
 	if (el4 + 8 > end || el4 + 8 > ip_end)
 		return -NX_DROP_ICMP_MALFORMED;
 	if (!nx_ip_hdr_csum_ok(eip, end))
@@ -321,7 +321,7 @@ __noinline nx_verdict nx_icmp_send(struct xdp_md *ctx, __u32 type_code, __u32 mt
 	__builtin_memcpy(smac, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(dmac, eth->h_dest, ETH_ALEN);
 	dst = oip->saddr;
-	tot = bpf_ntohs(oip->tot_len);
+	tot = nx_ntohs_len(oip->tot_len);
 	quote = tot < NX_ICMP_QUOTE_MAX ? tot : NX_ICMP_QUOTE_MAX;
 	len = end - data;
 	if (len > sizeof(*eth) + quote &&

@@ -79,7 +79,7 @@ static __always_inline __u32 *nx_sub_nsess(struct nx_config *cfg, __u32 ip)
 	/* the probe inline (not the global nx_sub_find): the callers are global functions
 	 * called from deep in the packet path, whose combined stack must stay in 512 bytes */
 	e = nx_sub_at(nx_sub_find_(ip, 0));
-	return e ? &e->nsess : 0;
+	return NX_FIELD_OR_NULL(e, nsess);
 }
 
 /* Dynamic mode: the word of inside address ip's home block (it may be another's, or free),

@@ -152,13 +152,14 @@ __noinline long nx_dyn_map(__u32 sip, __u32 pp)
  * itself on it when the session exists already (deterministic mode: always). Returns the
  * mapping, or 0 with *reason set. */
 static __always_inline struct nx_map *nx_map_get(struct nx_config *cfg, struct nx_map_key *mk,
-						 int create, __u32 now, int *created, int *reason)
+						 int create, __u32 now, int *created, int *reason,
+						 const int det)
 {
 	__u32 pp = NX_PP(nx_proto_idx(mk->proto), bpf_ntohs(mk->in_port));
 	struct nx_map *m;
 	long r;
 
-	if (cfg->det_count) {
+	if (det) {
 		r = nx_det_map(mk->in_ip, pp, create);
 		*created = 1;
 	} else if (create) {
@@ -175,7 +176,7 @@ static __always_inline struct nx_map *nx_map_get(struct nx_config *cfg, struct n
 									       : (int)-r;
 		return 0;
 	}
-	m = cfg->det_count ? nx_det_cur() : nx_home_result(r);
+	m = det ? nx_det_cur() : nx_home_result(r);
 	if (!m)
 		*reason = NX_DROP_INTERNAL;
 	return m;
@@ -231,7 +232,7 @@ static __always_inline int nx_filter_allows(struct nx_config *cfg, struct nx_map
  * session another CPU made meanwhile is found by the insert, nx_sess_create). Returns
  * NX_OK, or minus a drop reason. */
 static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p, __u32 now,
-					int no_sess)
+					int no_sess, const int det)
 {
 	struct nx_map_key mk = {};
 	struct nx_sess_key sk = {};
@@ -272,7 +273,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	mk.in_ip = sk.in_ip;
 	mk.in_port = sk.in_port;
 	mk.proto = p->proto;
-	m = nx_map_get(cfg, &mk, nx_may_create(p), now, &created, &reason);
+	m = nx_map_get(cfg, &mk, nx_may_create(p), now, &created, &reason, det);
 	if (!m)
 		return -reason;
 	if (s) {
@@ -305,13 +306,20 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 					      __u32 addr_idx, __u32 now, __u32 *in_ip,
 					      __u16 *in_port)
 {
-	__be16 out_port = p->proto == IPPROTO_ICMP ? *p->sport : *p->dport;
+	/* ICMP's identifier, or the destination port. Checked for NULL although the parse
+	 * set it for every protocol that gets here: Linux 6.1 reads the protocol back from
+	 * the stack as any byte and does not know that */
+	__be16 *port = p->proto == IPPROTO_ICMP ? p->sport : p->dport;
 	struct nx_map_key mk;
 	struct nx_sess_key sk = {};
+	__be16 out_port;
 	struct nx_map *m;
 	struct nx_sess *s;
 	int reason, st;
 
+	if (!port)
+		return -NX_DROP_INTERNAL;
+	out_port = *port;
 	st = nx_port_owner(addr_idx, p->proto, out_port, &mk);
 	if (!st)
 		return -NX_DROP_NO_MAPPING;

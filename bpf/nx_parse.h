@@ -89,7 +89,7 @@ static __always_inline int nx_parse_ip_(struct nx_pkt *p, int verify)
 	if (ip->version != 4 || ip->ihl < 5)
 		return NX_PARSE_BAD_IP;
 	hlen = ip->ihl * 4;
-	tot = bpf_ntohs(ip->tot_len);
+	tot = nx_ntohs_len(ip->tot_len);
 	/* The total length may not claim more than the frame holds, nor less than the header. */
 	if (tot < hlen || (void *)ip + tot > p->data_end)
 		return NX_PARSE_BAD_IP;
@@ -160,7 +160,7 @@ static __always_inline int nx_parse_l4(struct nx_pkt *p)
 
 		if ((void *)(uh + 1) > p->data_end || p->l4_len < sizeof(*uh))
 			return NX_PARSE_BAD_L4;
-		ulen = bpf_ntohs(uh->len);
+		ulen = nx_ntohs_len(uh->len);
 		/* a first fragment carries only the start of the datagram the length counts */
 		if (ulen < sizeof(*uh) || (ulen > p->l4_len && !p->frag))
 			return NX_PARSE_BAD_L4;

@@ -37,8 +37,10 @@ static __always_inline nx_verdict nx_error_out(struct xdp_md *ctx, struct nx_scr
 	return nx_forward_ctx(ctx, scr);
 }
 
-/* Inside, what the fast path did not finish. */
-static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx)
+/* Inside, what the fast path did not finish. det: deterministic mode (nat.mode), a
+ * constant: each mode's mappings are made by a program of its own (nx_xdp_inside_slow,
+ * nx_xdp_inside_slow_det), so that neither is verified with the other's allocator. */
+static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx, const int det)
 {
 	struct nx_scratch *scr = nx_scratch_get();
 	struct nx_config *cfg = nx_config();
@@ -75,7 +77,7 @@ static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx)
 	}
 
 	now = nx_now_tick(cfg);
-	rc = nx_xlate_out(cfg, &p, now, st->no_sess);
+	rc = nx_xlate_out(cfg, &p, now, st->no_sess, det);
 	if (rc < 0)
 		return nx_refuse(ctx, -rc);
 	if (st->hairpin) {

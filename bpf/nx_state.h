@@ -322,6 +322,7 @@ enum nx_prog {
 	NX_PROG_CAP_RX_INSIDE, /* generated: the filter on the received form, then *_CAP */
 	NX_PROG_CAP_RX_OUTSIDE,
 	NX_PROG_CAP_TX, /* generated: the filter on the sent form, then CAP_EMIT */
+	NX_PROG_INSIDE_SLOW_DET, /* the slow path in deterministic mode, from INSIDE_SLOW */
 	NX_PROG_COUNT,
 };
 
@@ -330,6 +331,7 @@ int nx_xdp_outside_slow(struct xdp_md *ctx);
 int nx_xdp_inside_cap(struct xdp_md *ctx);
 int nx_xdp_outside_cap(struct xdp_md *ctx);
 int nx_xdp_cap_emit(struct xdp_md *ctx);
+int nx_xdp_inside_slow_det(struct xdp_md *ctx);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
@@ -344,6 +346,7 @@ struct {
 	    [NX_PROG_INSIDE_CAP] = (void *)&nx_xdp_inside_cap,
 	    [NX_PROG_OUTSIDE_CAP] = (void *)&nx_xdp_outside_cap,
 	    [NX_PROG_CAP_EMIT] = (void *)&nx_xdp_cap_emit,
+	    [NX_PROG_INSIDE_SLOW_DET] = (void *)&nx_xdp_inside_slow_det,
 	},
 };
 

@@ -341,7 +341,9 @@ static __always_inline __s64 nx_tab_insert_(const __u32 tab, __u64 init0, __u64 
 	home[0] = nx_tab_home(h, nbkt, 0);
 	home[1] = nx_tab_home(h, nbkt, 1);
 	/* a slot lost to another CPU's insert (other keys take other locks) is looked for
-	 * again, a few times */
+	 * again, a few times. Unrolled: as a loop, clang enters it by a jump to its test and
+	 * the body falls into it, a back-edge Linux 6.1 refuses (scripts/bpf-cfg61.py). */
+#pragma unroll
 	for (__u32 t = 0; t < 4; t++) {
 		__u32 d0 = nx_tab_chain_free1(tab, home[0]);
 		/* the second home only when the first bucket is full: lookups of absent keys
