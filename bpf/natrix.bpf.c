@@ -47,6 +47,14 @@ int nx_xdp_inside_slow(struct xdp_md *ctx)
 	return nx_exit_cap(ctx, nx_slow_inside(ctx, 0));
 }
 
+/* An ICMP error from a subscriber, from the slow path (either mode's). */
+SEC("xdp")
+int nx_xdp_inside_icmp_err(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_inside_icmp_err(ctx)); }
+
+/* A hairpinned packet's inbound half, from the slow path (either mode's). */
+SEC("xdp")
+int nx_xdp_inside_hairpin(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_hairpin(ctx)); }
+
 /* The slow path in deterministic mode (RFC 7422, nx_det.h), from nx_xdp_inside_slow. */
 SEC("xdp")
 int nx_xdp_inside_slow_det(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_inside(ctx, 1)); }

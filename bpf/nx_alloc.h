@@ -158,6 +158,12 @@ struct nx_pscan {
 	__u32 par;    /* offset parity to try (0/1) */
 	__u64 word;   /* value to store */
 	__s32 found;  /* offset in block, or -1 */
+	/* nx_claim_in_block's own, kept here across its calls rather than in registers the
+	 * calls would make it spill: its frame is in the deepest chain */
+	__u32 first; /* the block's first port */
+	__u32 pidx;
+	__u32 gid;
+	__u32 slot;
 };
 
 /* Walking the subscriber's block slots; a bpf_loop callback so that the verifier checks
@@ -272,7 +278,7 @@ __noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
 	/* Start at the pair the previous claim drew at random for this one, if it is in this
 	 * block, with this claim's own random step. Kept as arithmetic (in = 0 or 1), not a
 	 * branch: a branch here doubles every path the verifier walks after each of the
-	 * allocator's claims-> */
+	 * allocator's claims. */
 	hint = (sub->next_port[pidx] - s->base) / 2;
 	in = (__u32)(((__u64)hint - s->half) >> 63);
 	s->start = (s->start & (in - 1)) | (hint & -in);
@@ -282,6 +288,10 @@ __noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
 	s->par = ((in_port_h ^ first) & 1);
 	if (!(cfg->flags & NX_CF_PORT_PARITY) || pidx == NX_P_ICMP)
 		s->par = bpf_get_prandom_u32() & 1;
+	s->first = first;
+	s->pidx = pidx;
+	s->gid = gid;
+	s->slot = slot;
 	bpf_loop(s->half, nx_pscan_cb, 0, 0);
 	if (s->found < 0) {
 		s->par ^= 1; /* none of that parity left: parity is RECOMMENDED, a port is not */
@@ -289,11 +299,15 @@ __noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
 	}
 	if (s->found < 0)
 		return -1;
+	sub = nx_sub_at(s->slot);
+	pidx = s->pidx;
+	if (!sub || pidx >= NX_NPROTO || !s->half)
+		return -1;
 	/* the next claim's first candidate, unpredictable like any other (RFC 6056) */
 	sub->next_port[pidx] = s->base + 2 * (bpf_get_prandom_u32() % s->half);
-	if (sub->cur_block != gid + 1)
-		sub->cur_block = gid + 1;
-	return first + s->found;
+	if (sub->cur_block != s->gid + 1)
+		sub->cur_block = s->gid + 1;
+	return s->first + s->found;
 }
 
 /* ---- blocks ---- */
@@ -522,6 +536,65 @@ __noinline __u32 nx_blocks_top(struct nx_sub *sub, __u32 max)
 /* nx_alloc_port took the subscriber's home block: its port is the home walk's to claim */
 #define NX_ALLOC_HOME (-(int)NX_STAT_MAX - 1)
 
+/* nx_alloc_port's last step, when every block the subscriber holds on its address is
+ * full and a block slot is free (nx_slots: the walk's result): a new block on that
+ * address, and a port in it. Global: its frame and the block scan's are not in the slots'
+ * walk's chain, and the callers' values come from nx_slots, not from registers it would
+ * keep across its calls. */
+__noinline int nx_alloc_new_block(void)
+{
+	struct nx_alloc_work *aw = nx_alloc_work_get();
+	struct nx_config *cfg = nx_config();
+	struct nx_slots *c;
+	struct nx_sub *sub;
+	__u32 addr, sip;
+	__s64 gid;
+	int port;
+
+	if (!aw || !cfg)
+		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
+	c = &aw->slots;
+	if (!nx_log_room(cfg))
+		return NX_ALLOC_ERR(NX_DROP_LOG_FULL);
+	addr = c->addr;
+	sip = c->sip;
+	/* the home block if it is on this address and free (the subscriber holds other
+	 * blocks: mixed from the start), else any free one there */
+	gid = nx_home_take(sip, addr, NX_BLOCK_MIXED);
+	if (gid < 0)
+		gid = nx_block_claim(cfg, addr, sip);
+	if (gid < 0)
+		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
+	aw = nx_alloc_work_get();
+	sub = aw ? nx_sub_at(aw->slots.slot) : 0;
+	if (!aw || !sub) {
+		nx_block_unclaim(gid, sip);
+		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
+	}
+	c = &aw->slots;
+	if (__sync_val_compare_and_swap(&sub->blocks[c->free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
+					c->free_val, (__u32)gid + 1) != c->free_val) {
+		/* another CPU filled that slot first: give ours back, look again (once) */
+		nx_block_unclaim(gid, sip);
+		nx_count(NX_STAT_ALLOC_RETRY);
+		return NX_ALLOC_AGAIN;
+	}
+	if (gid == nx_home_gid(sip)) {
+		/* recorded; its reservation dropped (as a new subscriber's first block is): the
+		 * walk reserves its own (the daemon releases a block only when seen empty twice) */
+		nx_block_unreserve(gid);
+		return NX_ALLOC_HOME;
+	}
+	port = nx_claim_in_block(c->slot, gid, c->pp, sip);
+	if (port < 0) {
+		nx_block_unreserve(gid);
+		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
+	}
+	return port;
+}
+
+
+
 /* Allocate an outside port for (sip, inside port) on pool address addr in the subscriber's
  * blocks other than its home block, taking a new block there when its blocks are full and
  * the quota allows: its home block if free (then NX_ALLOC_HOME), else any. slot: the
@@ -535,7 +608,6 @@ __noinline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
 	struct nx_alloc_work *aw = nx_alloc_work_get();
 	__u32 max, top, cur;
 	struct nx_slots *c;
-	__s64 gid;
 	int port;
 
 	if (!cfg || !sub || !aw)
@@ -577,37 +649,8 @@ __noinline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
 		return c->port;
 	if (c->free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
-	if (!nx_log_room(cfg))
-		return NX_ALLOC_ERR(NX_DROP_LOG_FULL);
-
-	/* the home block if it is on this address and free (the subscriber holds other
-	 * blocks: mixed from the start), else any free one there */
-	gid = nx_home_take(sip, addr, NX_BLOCK_MIXED);
-	if (gid < 0)
-		gid = nx_block_claim(cfg, addr, sip);
-	if (gid < 0)
-		return NX_ALLOC_ERR(NX_DROP_POOL_EXHAUSTED);
-	if (__sync_val_compare_and_swap(&sub->blocks[c->free_slot & (NX_MAX_BLOCKS_PER_SUB - 1)],
-					c->free_val, (__u32)gid + 1) != c->free_val) {
-		/* another CPU filled that slot first: give ours back, look again (once) */
-		nx_block_unclaim(gid, sip);
-		nx_count(NX_STAT_ALLOC_RETRY);
-		return NX_ALLOC_AGAIN;
-	}
-	if (gid == nx_home_gid(sip)) {
-		/* recorded; its reservation dropped (as a new subscriber's first block is): the
-		 * walk reserves its own (the daemon releases a block only when seen empty twice) */
-		nx_block_unreserve(gid);
-		return NX_ALLOC_HOME;
-	}
-	port = nx_claim_in_block(slot, gid, pp, sip);
-	if (port < 0) {
-		nx_block_unreserve(gid);
-		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
-	}
-	return port;
+	return nx_alloc_new_block();
 }
-
 /* Find or create the subscriber entry. A new subscriber gets a block on the pool address
  * the daemon designated (addr_hint), or on one of three addresses picked by a hash of its
  * own if that one is full. Returns the entry's slot, or minus a drop reason. */

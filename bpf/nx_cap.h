@@ -31,6 +31,23 @@
 #include "nx_exit.h"
 #include "nx_state.h"
 
+/* cap when it is a length bpf_xdp_load_bytes may copy into a record (1 to
+ * NX_CAP_SNAP_MAX), else 0; in a form every verifier of the matrix bounds on both sides:
+ * clang folds "cap > 0 && cap <= MAX" into one compare of cap - 1, whose bound 6.12 does
+ * not carry back to cap, and 6.1 draws no lower bound from "cap != 0". The mask is asm,
+ * so that the compiler cannot drop it. */
+static __always_inline __u32 nx_cap_copy_len(__u32 cap)
+{
+	__u64 c1;
+
+	if (cap == 0 || cap > NX_CAP_SNAP_MAX)
+		return 0;
+	c1 = cap - 1;
+	asm volatile("%0 &= 0x3fff" : "+r"(c1));
+	c1 += 1;
+	return c1 <= NX_CAP_SNAP_MAX ? (__u32)c1 : 0;
+}
+
 static __always_inline struct nx_cap_buf *nx_cap_buf_get(void)
 {
 	__u32 zero = 0;
@@ -79,13 +96,9 @@ static __always_inline void nx_cap_rx(struct xdp_md *ctx)
 	b->rec.rx_ifindex = ctx->ingress_ifindex;
 	b->rec.rx_len = len;
 	b->rec.rx_cap = 0;
-	/* two tests the compiler cannot fold into one (cap - 1 < MAX): Linux 6.12's verifier
-	 * would not carry that bound back to cap, and refuses a length that may be 0 */
-	if (cap > 0) {
-		asm volatile("" : "+r"(cap));
-		if (cap <= NX_CAP_SNAP_MAX && !bpf_xdp_load_bytes(ctx, 0, b->data, cap))
-			b->rec.rx_cap = cap;
-	}
+	cap = nx_cap_copy_len(cap);
+	if (cap && !bpf_xdp_load_bytes(ctx, 0, b->data, cap))
+		b->rec.rx_cap = cap;
 	b->armed = 1;
 }
 
@@ -168,12 +181,9 @@ static __always_inline int nx_cap_emit(struct xdp_md *ctx)
 		len = bpf_xdp_get_buff_len(ctx);
 		cap = nx_cap_len((c->flags & NX_CAPF_NO_PAIR) ? NX_CAP_HDR_ONLY : c->snap, len);
 		b->rec.tx_len = len;
-		if (cap > 0) { /* two tests, as in nx_cap_rx */
-			asm volatile("" : "+r"(cap));
-			if (cap <= NX_CAP_SNAP_MAX &&
-			    !bpf_xdp_load_bytes(ctx, 0, b->data + rx_cap, cap))
-				tx_cap = cap;
-		}
+		cap = nx_cap_copy_len(cap);
+		if (cap && !bpf_xdp_load_bytes(ctx, 0, b->data + rx_cap, cap))
+			tx_cap = cap;
 	}
 	b->rec.tx_cap = tx_cap;
 	size = sizeof(b->rec) + rx_cap + tx_cap;

@@ -109,11 +109,36 @@ struct nx_dwalk {
 	__s32 avail;  /* offset of the first claimable word, or -1 */
 };
 
-static long nx_det_walk_cb(__u64 i, void *vctx)
+/* The walk's state, per CPU (the same reasoning as struct nx_alloc_work, nx_alloc.h): the
+ * walks are in the packet path's deepest call chains, and one CPU runs one walk at a time
+ * (nx_det_map and nx_home_map never call each other). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nx_dwalk);
+} nx_dwalk_work SEC(".maps");
+
+/* The walk's state, zeroed. */
+static __always_inline struct nx_dwalk *nx_dwalk_get(void)
 {
-	struct nx_dwalk *d = vctx;
+	__u32 zero = 0;
+	struct nx_dwalk *d = bpf_map_lookup_elem(&nx_dwalk_work, &zero);
+
+	if (d)
+		__builtin_memset(d, 0, sizeof(*d));
+	return d;
+}
+
+static long nx_det_walk_cb(__u64 i, void *unused)
+{
+	__u32 zero = 0;
+	struct nx_dwalk *d = bpf_map_lookup_elem(&nx_dwalk_work, &zero);
 	__u32 k, idx;
 	__u64 *pw, w;
+
+	if (!d)
+		return 1;
 
 	/* the endpoint's parity first, then the other one from the same pair */
 	if ((__u32)i < d->probe)
@@ -156,6 +181,10 @@ static __always_inline int nx_walk_claim(struct nx_dwalk *d, __u32 n, __u64 *old
 	__u64 *pw, w;
 	__u32 idx;
 
+	/* unrolled: as a loop, 6.18's precision backtracking reaches a helper call here with
+	 * registers still to mark and refuses the program ("verifier bug: backtracking call
+	 * unexpected regs") */
+#pragma unroll
 	for (int t = 0; t < 3; t++) {
 		idx = d->base + (__u32)d->avail;
 		pw = bpf_map_lookup_elem(&nx_ports, &idx);
@@ -171,7 +200,7 @@ static __always_inline int nx_walk_claim(struct nx_dwalk *d, __u32 n, __u64 *old
 			break;
 		d->found = -1;
 		d->avail = -1;
-		bpf_loop(n, nx_det_walk_cb, d, 0);
+		bpf_loop(n, nx_det_walk_cb, 0, 0);
 		if (d->found >= 0 || d->avail < 0)
 			break;
 	}
@@ -187,32 +216,32 @@ static __always_inline int nx_walk_claim(struct nx_dwalk *d, __u32 n, __u64 *old
 __noinline long nx_det_map(__u32 sip, __u32 pp, __u32 create)
 {
 	struct nx_config *cfg = nx_config();
-	struct nx_dwalk d = {};
+	struct nx_dwalk *d = nx_dwalk_get();
 	__u32 a, first, n, *lock;
 	int claimed = 0;
 	__u64 h, w;
 
-	if (!cfg || (pp >> 16) >= NX_NPROTO || cfg->det_ports < 2)
+	if (!cfg || !d || (pp >> 16) >= NX_NPROTO || cfg->det_ports < 2)
 		return -NX_DROP_INTERNAL;
 	if (nx_det_range(cfg, sip, &a, &first) < 0)
 		return -NX_DROP_NOT_SUBSCRIBER;
 	h = nx_det_hash(cfg, sip, pp);
-	d.base = nx_port_index(a, pp >> 16, first);
-	d.nports = cfg->det_ports & ~1u;
-	d.start = nx_det_start(cfg, h, pp, first);
-	d.key = nx_port_word(sip, (__u16)pp);
-	d.found = -1;
-	d.avail = -1;
+	d->base = nx_port_index(a, pp >> 16, first);
+	d->nports = cfg->det_ports & ~1u;
+	d->start = nx_det_start(cfg, h, pp, first);
+	d->key = nx_port_word(sip, (__u16)pp);
+	d->found = -1;
+	d->avail = -1;
 	n = cfg->det_probe;
-	if (n > d.nports / 2)
-		n = d.nports / 2;
-	d.probe = n;
+	if (n > d->nports / 2)
+		n = d->nports / 2;
+	d->probe = n;
 	n *= 2; /* both parities' parts: a FREE word ends the walk before the second */
 	if (!create) {
 		/* a lookup: lock-free, claims nothing */
-		d.hold = ~0u;
-		bpf_loop(n, nx_det_walk_cb, &d, 0);
-		if (d.found >= 0)
+		d->hold = ~0u;
+		bpf_loop(n, nx_det_walk_cb, 0, 0);
+		if (d->found >= 0)
 			goto found;
 		return -NX_DROP_NO_MAPPING;
 	}
@@ -224,21 +253,21 @@ __noinline long nx_det_map(__u32 sip, __u32 pp, __u32 create)
 		return -NX_DROP_INTERNAL;
 	if (nx_tab_lock_take(lock) < 0)
 		return -NX_DROP_TABLE_BUSY;
-	d.hold = cfg->hold_down_s;
-	bpf_loop(n, nx_det_walk_cb, &d, 0);
-	if (d.found < 0 && d.avail >= 0)
-		claimed = nx_walk_claim(&d, n, &w);
+	d->hold = cfg->hold_down_s;
+	bpf_loop(n, nx_det_walk_cb, 0, 0);
+	if (d->found < 0 && d->avail >= 0)
+		claimed = nx_walk_claim(d, n, &w);
 	nx_tab_lock_drop(lock);
-	if (d.found < 0) {
+	if (d->found < 0) {
 		if (!claimed)
 			return -NX_DROP_QUOTA_EXCEEDED;
 		nx_count(NX_STAT_MAP_CREATED);
-		d.found = d.avail;
+		d->found = d->avail;
 	}
 found:
-	if (nx_det_fill(sip, bpf_htons((__u16)pp), pp >> 16, a, first + (__u32)d.found) < 0)
+	if (nx_det_fill(sip, bpf_htons((__u16)pp), pp >> 16, a, first + (__u32)d->found) < 0)
 		return -NX_DROP_INTERNAL;
-	return (long)claimed << 32 | (long)a << 16 | (first + (__u32)d.found);
+	return (long)claimed << 32 | (long)a << 16 | (first + (__u32)d->found);
 }
 
 /* The mapping the last nx_det_fill on this CPU left. */

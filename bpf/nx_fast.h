@@ -199,7 +199,7 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 	struct nx_pkt p = {};
 	struct nx_sess *s;
 	__u32 pool_idx, dst, now;
-	__be16 out_port;
+	__be16 out_port, *port;
 	int rc, owner, icmp_err;
 	nx_verdict v;
 
@@ -225,7 +225,10 @@ static __always_inline nx_verdict nx_fast_outside(struct xdp_md *ctx)
 
 	/* The outside port's word names the inside endpoint; an established flow's session,
 	 * agreeing with it, is enough. */
-	out_port = p.proto == IPPROTO_ICMP ? *p.sport : *p.dport;
+	port = nx_in_port_ptr(&p);
+	if (!port)
+		return nx_drop(NX_DROP_INTERNAL);
+	out_port = *port;
 	owner = nx_port_owner(pool_idx, p.proto, out_port, &mk);
 	if (!owner)
 		return nx_drop(NX_DROP_NO_MAPPING);

@@ -93,12 +93,12 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	struct nx_config *cfg = nx_config();
 	__u32 pidx = pp >> 16, gid, a = 0, j = 0, first = 0, slot, n;
 	struct nx_map_key mk = {};
-	struct nx_dwalk d = {};
+	struct nx_dwalk *d = nx_dwalk_get();
 	__u64 *bw, b, w = 0;
 	int claimed = 0;
 	__s64 home;
 
-	if (!cfg || pidx >= NX_NPROTO)
+	if (!cfg || !d || pidx >= NX_NPROTO)
 		return -NX_DROP_INTERNAL;
 	mk.in_ip = sip;
 	mk.in_port = bpf_htons((__u16)pp);
@@ -115,18 +115,18 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	if (NX_BLOCK_OWNER(b) != sip)
 		goto table;
 	first = cfg->port_lo + j * cfg->block_size;
-	d.base = nx_port_index(a, pidx, first);
-	d.nports = cfg->block_size & ~1u;
-	d.start = nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, d.nports / 2,
+	d->base = nx_port_index(a, pidx, first);
+	d->nports = cfg->block_size & ~1u;
+	d->start = nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, d->nports / 2,
 				NX_DIV_BLOCK_PAIRS);
-	d.key = nx_port_word(sip, (__u16)pp);
-	d.probe = nx_home_probe(cfg);
-	d.found = -1;
-	d.avail = -1;
-	d.hold = create ? cfg->hold_down_s : ~0u;
-	n = 2 * d.probe;
-	bpf_loop(n, nx_det_walk_cb, &d, 0);
-	if (d.found >= 0)
+	d->key = nx_port_word(sip, (__u16)pp);
+	d->probe = nx_home_probe(cfg);
+	d->found = -1;
+	d->avail = -1;
+	d->hold = create ? cfg->hold_down_s : ~0u;
+	n = 2 * d->probe;
+	bpf_loop(n, nx_det_walk_cb, 0, 0);
+	if (d->found >= 0)
 		goto found;
 	if ((b & NX_BLOCK_MIXED) || (cfg->flags & NX_CF_STATICS)) {
 		slot = nx_maps_find(nx_map_k0(&mk));
@@ -135,7 +135,7 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	}
 	if (!create)
 		return NX_HW_NONE | NX_HW_OWNER;
-	if (d.avail < 0)
+	if (d->avail < 0)
 		goto full;
 	if (create == 1 && cfg->max_new_per_sec) {
 		struct nx_sub *sub = nx_sub_lookup(cfg, sip);
@@ -147,21 +147,21 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	 * the block empty with a mapping in it; fails when the block is no longer ours */
 	if (nx_block_reserve(gid, sip) < 0)
 		goto table;
-	claimed = nx_walk_claim(&d, n, &w);
+	claimed = nx_walk_claim(d, n, &w);
 	/* a HELD word taken over was counted already */
 	if (!claimed || w != 0)
 		nx_block_unreserve(gid);
 	if (!claimed) {
-		if (d.found >= 0)
+		if (d->found >= 0)
 			goto found;
 		goto full;
 	}
 	nx_count(NX_STAT_MAP_CREATED);
-	d.found = d.avail;
+	d->found = d->avail;
 found:
-	if (nx_det_fill(sip, mk.in_port, pidx, a, first + (__u32)d.found) < 0)
+	if (nx_det_fill(sip, mk.in_port, pidx, a, first + (__u32)d->found) < 0)
 		return -NX_DROP_INTERNAL;
-	return (long)claimed << 32 | (long)a << 16 | (first + (__u32)d.found);
+	return (long)claimed << 32 | (long)a << 16 | (first + (__u32)d->found);
 full:
 	/* no room in the walk: the caller makes a table mapping, which the walks of this
 	 * endpoint's later packets must find */

@@ -306,10 +306,7 @@ static __always_inline int nx_xlate_in_lookup(struct nx_config *cfg, struct nx_p
 					      __u32 addr_idx, __u32 now, __u32 *in_ip,
 					      __u16 *in_port)
 {
-	/* ICMP's identifier, or the destination port. Checked for NULL although the parse
-	 * set it for every protocol that gets here: Linux 6.1 reads the protocol back from
-	 * the stack as any byte and does not know that */
-	__be16 *port = p->proto == IPPROTO_ICMP ? p->sport : p->dport;
+	__be16 *port = nx_in_port_ptr(p);
 	struct nx_map_key mk;
 	struct nx_sess_key sk = {};
 	__be16 out_port;

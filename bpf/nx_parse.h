@@ -136,6 +136,14 @@ static __always_inline int nx_parse_l3_again(struct xdp_md *ctx, struct nx_pkt *
 	return nx_parse_ip_(p, 0);
 }
 
+/* Where an inbound packet's outside port is: ICMP's identifier, else the destination
+ * port. NULL is impossible after nx_parse_transport, and callers check it all the same:
+ * Linux 6.1 reads p->proto back from the stack as any byte and does not know that. */
+static __always_inline __be16 *nx_in_port_ptr(struct nx_pkt *p)
+{
+	return p->proto == IPPROTO_ICMP ? p->sport : p->dport;
+}
+
 static __always_inline int nx_parse_l4(struct nx_pkt *p)
 {
 	switch (p->proto) {

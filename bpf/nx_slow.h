@@ -37,6 +37,17 @@ static __always_inline nx_verdict nx_error_out(struct xdp_md *ctx, struct nx_scr
 	return nx_forward_ctx(ctx, scr);
 }
 
+/* An ICMP error from a subscriber (nx_slow_inside checked that it is one): the program
+ * nx_xdp_inside_icmp_err. */
+static __always_inline nx_verdict nx_slow_inside_icmp_err(struct xdp_md *ctx)
+{
+	struct nx_scratch *scr = nx_scratch_get();
+
+	if (!scr)
+		return nx_drop(NX_DROP_INTERNAL);
+	return nx_error_out(ctx, scr, scr->stage.hairpin);
+}
+
 /* Inside, what the fast path did not finish. det: deterministic mode (nat.mode), a
  * constant: each mode's mappings are made by a program of its own (nx_xdp_inside_slow,
  * nx_xdp_inside_slow_det), so that neither is verified with the other's allocator. */
@@ -73,7 +84,11 @@ static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx, const int d
 	if (icmp_err) {
 		if (!nx_is_subscriber(p.ip->saddr))
 			return nx_drop(NX_DROP_NOT_SUBSCRIBER);
-		return nx_error_out(ctx, scr, st->hairpin);
+		/* an ICMP error: its own program, so that neither this one nor that one is
+		 * verified with the other's code (the error's translation looks mappings up in
+		 * either mode) */
+		bpf_tail_call(ctx, &nx_progs, NX_PROG_INSIDE_ICMP_ERR);
+		return nx_drop(NX_DROP_INTERNAL);
 	}
 
 	now = nx_now_tick(cfg);
@@ -81,12 +96,36 @@ static __always_inline nx_verdict nx_slow_inside(struct xdp_md *ctx, const int d
 	if (rc < 0)
 		return nx_refuse(ctx, -rc);
 	if (st->hairpin) {
-		rc = nx_xlate_in(cfg, &p, st->pool_idx, now);
-		if (rc < 0)
-			return nx_drop(-rc);
-		return nx_finish(ctx, &p, &scr->fib);
+		/* translated outbound; inbound, to the subscriber the pool address names, in a
+		 * program of its own (nx_xdp_inside_hairpin) */
+		bpf_tail_call(ctx, &nx_progs, NX_PROG_INSIDE_HAIRPIN);
+		return nx_drop(NX_DROP_INTERNAL);
 	}
 	return nx_out_finish(&p, &scr->fib, st->fib_rc, st->too_big);
+}
+
+/* A hairpinned packet (RFC 4787 REQ-9), translated outbound by nx_slow_inside: now
+ * inbound, to the subscriber behind the pool address it was sent to. The program
+ * nx_xdp_inside_hairpin. */
+static __always_inline nx_verdict nx_slow_hairpin(struct xdp_md *ctx)
+{
+	struct nx_scratch *scr = nx_scratch_get();
+	struct nx_config *cfg = nx_config();
+	struct nx_pkt p = {};
+	int rc, icmp_err;
+	nx_verdict v;
+
+	if (!cfg || !scr)
+		return nx_drop(NX_DROP_INTERNAL);
+	if (nx_parse_l3_again(ctx, &p) != NX_PARSE_OK)
+		return nx_drop(NX_DROP_INTERNAL); /* parsed twice already */
+	v = nx_parse_transport(&p, &icmp_err);
+	if (v != NX_GO_ON || icmp_err)
+		return nx_drop(NX_DROP_INTERNAL);
+	rc = nx_xlate_in(cfg, &p, scr->stage.pool_idx, nx_now_tick(cfg));
+	if (rc < 0)
+		return nx_drop(-rc);
+	return nx_finish(ctx, &p, &scr->fib);
 }
 
 /* Outside, what the fast path did not finish. */

@@ -323,6 +323,8 @@ enum nx_prog {
 	NX_PROG_CAP_RX_OUTSIDE,
 	NX_PROG_CAP_TX, /* generated: the filter on the sent form, then CAP_EMIT */
 	NX_PROG_INSIDE_SLOW_DET, /* the slow path in deterministic mode, from INSIDE_SLOW */
+	NX_PROG_INSIDE_ICMP_ERR, /* an ICMP error from a subscriber, from either of those */
+	NX_PROG_INSIDE_HAIRPIN,	 /* a hairpinned packet's inbound half, from either */
 	NX_PROG_COUNT,
 };
 
@@ -332,6 +334,8 @@ int nx_xdp_inside_cap(struct xdp_md *ctx);
 int nx_xdp_outside_cap(struct xdp_md *ctx);
 int nx_xdp_cap_emit(struct xdp_md *ctx);
 int nx_xdp_inside_slow_det(struct xdp_md *ctx);
+int nx_xdp_inside_icmp_err(struct xdp_md *ctx);
+int nx_xdp_inside_hairpin(struct xdp_md *ctx);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
@@ -347,6 +351,8 @@ struct {
 	    [NX_PROG_OUTSIDE_CAP] = (void *)&nx_xdp_outside_cap,
 	    [NX_PROG_CAP_EMIT] = (void *)&nx_xdp_cap_emit,
 	    [NX_PROG_INSIDE_SLOW_DET] = (void *)&nx_xdp_inside_slow_det,
+	    [NX_PROG_INSIDE_ICMP_ERR] = (void *)&nx_xdp_inside_icmp_err,
+	    [NX_PROG_INSIDE_HAIRPIN] = (void *)&nx_xdp_inside_hairpin,
 	},
 };
 
