@@ -35,17 +35,7 @@ int nx_xdp_outside(struct xdp_md *ctx)
 /* The slow path (nx_slow.h), reached by tail call only (nx_progs). Its exit goes on to the
  * capture when the packet is being captured. */
 SEC("xdp")
-int nx_xdp_inside_slow(struct xdp_md *ctx)
-{
-	struct nx_config *cfg = nx_config();
-
-	if (cfg && cfg->det_count) {
-		/* deterministic mode: the same path with that mode's mappings */
-		bpf_tail_call(ctx, &nx_progs, NX_PROG_INSIDE_SLOW_DET);
-		return nx_exit_cap(ctx, nx_drop(NX_DROP_INTERNAL));
-	}
-	return nx_exit_cap(ctx, nx_slow_inside(ctx, 0));
-}
+int nx_xdp_inside_slow(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_inside_dyn(ctx)); }
 
 /* An ICMP error from a subscriber, from the slow path (either mode's). */
 SEC("xdp")

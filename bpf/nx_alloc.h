@@ -598,10 +598,10 @@ __noinline int nx_alloc_new_block(void)
 /* Allocate an outside port for (sip, inside port) on pool address addr in the subscriber's
  * blocks other than its home block, taking a new block there when its blocks are full and
  * the quota allows: its home block if free (then NX_ALLOC_HOME), else any. slot: the
- * subscriber's entry; pp: NX_PP(protocol index, inside port). Global, scalar arguments:
- * nx_alloc calls it twice (a lost race for a block slot is tried once more), and it is
- * verified once. */
-__noinline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
+ * subscriber's entry; pp: NX_PP(protocol index, inside port). Inline in nx_alloc (twice:
+ * a lost race for a block slot is tried once more): its frame is then nx_alloc's, one
+ * level less in the data plane's deepest call chain, and what it calls is global. */
+static __always_inline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
 {
 	struct nx_config *cfg = nx_config();
 	struct nx_sub *sub = nx_sub_at(slot);

@@ -128,6 +128,19 @@ static __always_inline nx_verdict nx_slow_hairpin(struct xdp_md *ctx)
 	return nx_finish(ctx, &p, &scr->fib);
 }
 
+/* The slow path's entry (nx_xdp_inside_slow): dynamic mode here; deterministic mode's
+ * mappings are another program's (nx_xdp_inside_slow_det), the rest the same. */
+static __always_inline nx_verdict nx_slow_inside_dyn(struct xdp_md *ctx)
+{
+	struct nx_config *cfg = nx_config();
+
+	if (cfg && cfg->det_count) {
+		bpf_tail_call(ctx, &nx_progs, NX_PROG_INSIDE_SLOW_DET);
+		return nx_drop(NX_DROP_INTERNAL);
+	}
+	return nx_slow_inside(ctx, 0);
+}
+
 /* Outside, what the fast path did not finish. */
 static __always_inline nx_verdict nx_slow_outside(struct xdp_md *ctx)
 {

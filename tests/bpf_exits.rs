@@ -67,8 +67,9 @@ fn every_xdp_program_leaves_through_nx_exit() {
         }
     }
     assert_eq!(
-        programs, 7,
-        "expected 7 XDP programs (inside, outside, their slow paths and capture bodies, the capture's emit)"
+        programs, 10,
+        "expected 10 XDP programs (inside, outside, their slow paths and capture bodies, the capture's emit, \
+         the inside slow path's deterministic-mode, ICMP-error and hairpin programs)"
     );
 }
 
