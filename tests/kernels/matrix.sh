@@ -64,6 +64,7 @@ for cc in $compilers; do
 	args=()
 	for t in $tests; do args+=(--test "$t"); done
 	say "building ${tests// /, } with ${cc_label[$cc]} ($path) in ${tdir#"$root"/}"
+	tb=$(date +%s)
 	if ! json=$(env "${env_cc[@]}" CARGO_TARGET_DIR="$tdir" "$CARGO" test --release --locked --no-run \
 		"${args[@]}" --message-format=json-render-diagnostics); then
 		say "cargo test --no-run failed with ${cc_label[$cc]} (a test target missing? MATRIX_TESTS='$tests')"
@@ -71,6 +72,7 @@ for cc in $compilers; do
 		failed=1
 		continue
 	fi
+	say "built in $(($(date +%s) - tb)) s"
 	while IFS=$'\t' read -r name exe; do
 		bin[$cc/$name]=$exe
 	done < <(jq -r 'select(.reason == "compiler-artifact" and .executable != null and (.target.kind | index("test"))) | [.target.name, .executable] | @tsv' <<<"$json")

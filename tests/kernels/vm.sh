@@ -29,7 +29,8 @@
 # console's last lines on stderr).
 # The guest: /proc, /sys, /sys/fs/bpf, /sys/kernel/debug, /sys/fs/cgroup, /dev, /run (and
 # so /var/run/netns), /tmp and /var/tmp are its own and writable; the rest of / is the
-# host's, read-only. Modules come from KERNEL's lib/modules (request_module works).
+# host's, read-only: the working directory and CMD must not be under /tmp, /var/tmp, /run or
+# /dev (vm.sh refuses). Modules come from KERNEL's lib/modules (request_module works).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -61,6 +62,14 @@ for t in qemu-system-x86_64 busybox cpio modprobe depmod timeout xz; do
 	command -v "$t" >/dev/null || die "$t missing (scripts/deps.sh kernels installs it)"
 done
 ! ldd "$(command -v busybox)" >/dev/null 2>&1 || die "busybox is not static: apt-get install busybox-static"
+
+# the guest's own /tmp, /var/tmp, /run and /dev hide the host's: nothing there can be run
+for p in "$PWD" "${1:-/}"; do
+	[[ $p == /* ]] || continue
+	case $(realpath -m "$p")/ in
+	/tmp/* | /var/tmp/* | /run/* | /dev/*) die "$p: under /tmp, /var/tmp, /run or /dev, which the guest has its own of (work from elsewhere)" ;;
+	esac
+done
 
 # --- the initramfs: busybox, the modules that mount the 9p root, /init. Cached per kernel.
 read -r -d '' init_script <<'INIT' || true
