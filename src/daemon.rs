@@ -33,6 +33,12 @@ fn hostname() -> String {
 }
 
 pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
+    run_with(cfg, config_path, &dataplane::LoadOptions::from_env())
+}
+
+/// `natrix run` with the data plane loaded as `opts` says (`--reload`, `--verifier-log`).
+pub fn run_with(cfg: &Config, config_path: &Path, opts: &dataplane::LoadOptions) -> Result<()> {
+    let began = Instant::now();
     for w in &cfg.warnings {
         warn!("{w}");
     }
@@ -43,7 +49,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     let pin = cfg.daemon.pin_path.clone();
     dataplane::ensure_bpffs(&pin)?;
     let fresh = !dataplane::is_pinned(&pin);
-    let dp = Dataplane::load(cfg, Persistence::Pinned(pin.clone()))?;
+    let mut dp = Dataplane::load_with(cfg, Persistence::Pinned(pin.clone()), opts)?;
     let setup = (|| -> Result<()> {
         dp.configure(cfg, &ifaces)?;
         dataplane::prepare_sysctls(&ifaces)?;
@@ -64,9 +70,10 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     // The FIB cache's watcher (src/fibwatch.rs). Without it the cache still works, but a
     // route change takes up to fib_cache.max_age to be seen.
     let fibwatch = if cfg.fib_cache.entries > 0 {
-        let started = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_fibc_gen)
-            .map_err(anyhow::Error::from)
-            .and_then(|h| Ok(crate::tables::MmapWords::new(&h, "nx_fibc_gen")?))
+        let started = dp
+            .map("nx_fibc_gen")
+            .context("the data plane has no map nx_fibc_gen")
+            .and_then(|h| Ok(crate::tables::MmapWords::new(h, "nx_fibc_gen")?))
             .and_then(|g| Ok(crate::fibwatch::spawn(g, Arc::clone(&stop))?));
         match started {
             Ok(t) => Some(t),
@@ -83,8 +90,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
     };
 
     let mut sweeper = Sweeper::new(&dp.tables)?;
-    let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
-    let reaper = Reaper { prog: &dp.skel.progs.nx_ctl, buf: &reap_buf };
+    let reaper: Reaper<'_> = dp.reaper()?;
     // NAT event counts: the exporter adds, the metrics endpoint reads
     let log_counters = Arc::new(crate::metrics::LogCounters::default());
     let metrics = metrics_listener
@@ -96,6 +102,8 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
         pool = cfg.pool.addresses.len(),
         interfaces = ifaces.len(),
         takeover = dp.took_over,
+        programs = if dp.programs_reused() { "kept" } else { "loaded" },
+        startup_ms = began.elapsed().as_millis() as u64,
         "natrix ready: translating"
     );
     let every = cfg.daemon.sweep_interval;
@@ -119,16 +127,17 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
         cfg.fragments.max_held,
         cfg.fragments.timeout,
     )?));
-    let frags = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_frags)?;
+    let map = |name: &str| dp.map(name).with_context(|| format!("the data plane has no map {name}"));
+    let frags = map("nx_frags")?;
     let rb = {
         let h = std::rc::Rc::clone(&holder);
         let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(&dp.skel.maps.nx_frag_rb, move |rec: &[u8]| {
+        b.add(map("nx_frag_rb")?, move |rec: &[u8]| {
             h.borrow_mut().push(rec);
             0
         })?;
         let p = std::rc::Rc::clone(&pump);
-        b.add(&dp.skel.maps.nx_log_rb, move |rec: &[u8]| {
+        b.add(map("nx_log_rb")?, move |rec: &[u8]| {
             p.borrow_mut().record(rec, tai_to_utc_ns());
             0
         })?;
@@ -192,7 +201,7 @@ pub fn run(cfg: &Config, config_path: &Path) -> Result<()> {
         }
         let mut h = holder.borrow_mut();
         if h.is_holding() {
-            h.flush(&frags);
+            h.flush(frags);
         }
         // every held fragment's fate is counted (nx_stats, shown by natrix stats)
         for (name, n) in h.take_stats().counters() {

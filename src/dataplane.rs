@@ -13,7 +13,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, ProgramInput};
+use libbpf_rs::{Link, MapCore, MapFlags};
 use thiserror::Error;
 use tracing::{info, warn};
 
@@ -129,6 +129,10 @@ pub enum DataplaneError {
          run `natrix down` first to start afresh (this drops every mapping)"
     )]
     Incompatible { pin: String, what: String },
+    /// The verifier refused a program: one line with the program, the verifier's reason
+    /// and statistics, the kernel.
+    #[error("the BPF verifier refused program {prog} on kernel {kernel}: {reason} [{errno}]; {log_hint}")]
+    Verifier { prog: String, kernel: String, reason: String, errno: String, log_hint: String },
     #[error(
         "natrix's data plane publishes table entries to lock-free readers relying on \
          x86-64's store and load order; this build is for {arch}, where that needs \
@@ -407,16 +411,6 @@ pub enum Persistence {
     Private,
 }
 
-/// A loaded data plane.
-pub struct Dataplane {
-    pub skel: NatrixSkel<'static>,
-    pub tables: Tables,
-    pub sizes: Sizes,
-    /// True when the maps were taken over from a running instance.
-    pub took_over: bool,
-    persistence: Persistence,
-}
-
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 fn is_bpffs(p: &Path) -> bool {
@@ -461,22 +455,626 @@ pub fn is_pinned(pin: &Path) -> bool {
     pin.join("nx_cfg").exists()
 }
 
-impl Dataplane {
-    /// Opens and loads the BPF object with table sizes from `cfg`. With `Pinned`, maps that
-    /// are already pinned are reused as they are (a takeover), the others are created and
-    /// pinned.
-    pub fn load(cfg: &Config, persistence: Persistence) -> Result<Self> {
-        check_arch(std::env::consts::ARCH)?;
-        let sizes = Sizes::from_config(cfg);
-        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
-            Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = NatrixSkelBuilder::default().open(storage).map_err(bpf("opening the BPF object"))?;
+/// A loaded data plane.
+pub struct Dataplane {
+    /// The loaded skeleton, when this process loaded the programs (a fresh start, an
+    /// upgrade, `Persistence::Private`). A restart of the same build reuses the pinned
+    /// programs and loads nothing: then there is no skeleton, and every use of the data
+    /// plane goes through [`Dataplane::prog`] and [`Dataplane::map`], which work either way.
+    pub skel: LoadedSkel,
+    pub tables: Tables,
+    pub sizes: Sizes,
+    /// True when the maps were taken over from a running instance.
+    pub took_over: bool,
+    persistence: Persistence,
+    inst: Instance,
+    /// The build's identity ([`build_identity`]): written beside the pins once the links
+    /// run this instance's programs.
+    identity: String,
+    /// What the verifier said of each program (a fresh load only).
+    logs: Vec<(String, String)>,
+}
 
-        let pin_dir = match &persistence {
-            Persistence::Pinned(p) => Some(p.clone()),
-            Persistence::Private => None,
+/// The skeleton of a data plane this process loaded. Dereferences to it; on a data plane
+/// whose programs were reused (a restart of the same build) there is none, and using it
+/// panics: code that runs on either path uses [`Dataplane::prog`] and [`Dataplane::map`].
+pub struct LoadedSkel(Option<NatrixSkel<'static>>);
+
+impl LoadedSkel {
+    pub fn get(&self) -> Option<&NatrixSkel<'static>> {
+        self.0.as_ref()
+    }
+}
+
+impl std::ops::Deref for LoadedSkel {
+    type Target = NatrixSkel<'static>;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect(
+            "the data plane's programs were reused from their pins (no skeleton was loaded): \
+             use Dataplane::prog / Dataplane::map",
+        )
+    }
+}
+
+impl std::ops::DerefMut for LoadedSkel {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0
+            .as_mut()
+            .expect("the data plane's programs were reused from their pins (no skeleton was loaded)")
+    }
+}
+
+/// One program instance as descriptors: its programs and every map of the object (the
+/// shared tables and the instance's own), by name. Made from the loaded skeleton or from the
+/// pins, so that everything after loading works the same on both paths.
+struct Instance {
+    progs: Vec<(String, std::os::fd::OwnedFd)>,
+    maps: Vec<(String, libbpf_rs::MapHandle)>,
+    /// The programs were reused from their pins: nothing was loaded or verified.
+    reused: bool,
+}
+
+impl Instance {
+    fn from_skel(skel: &NatrixSkel<'_>) -> Result<Self> {
+        use libbpf_rs::skel::Skel;
+        let mut progs = Vec::new();
+        for p in skel.object().progs() {
+            if !p.autoload() {
+                continue;
+            }
+            let name = p.name().to_string_lossy().into_owned();
+            let fd = p.as_fd().try_clone_to_owned().map_err(|source| DataplaneError::Io {
+                what: format!("duplicating program {name}"),
+                source,
+            })?;
+            progs.push((name, fd));
+        }
+        let mut maps = Vec::new();
+        for m in skel.object().maps() {
+            let name = m.name().to_string_lossy().into_owned();
+            if !m.autocreate() {
+                continue;
+            }
+            let h = libbpf_rs::MapHandle::try_from(&m).map_err(bpf(format!("map {name}")))?;
+            maps.push((name, h));
+        }
+        Ok(Instance { progs, maps, reused: false })
+    }
+}
+
+/// How [`Dataplane::load_with`] loads.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Every program's full verifier log (BPF log level 1 and the statistics) into this
+    /// file. Slow: the verifier writes every instruction's state (tens of MB, minutes under
+    /// emulation, for a program near the limit). Without it, each program gets a small
+    /// buffer with the verifier's errors and statistics only.
+    pub verifier_log: Option<PathBuf>,
+    /// Load and verify a new program instance even when the pinned one is this build's.
+    pub reload: bool,
+}
+
+/// The environment variable [`LoadOptions::from_env`] reads: a file for the full verifier
+/// log (`natrix run --verifier-log`).
+pub const VERIFIER_LOG_ENV: &str = "NATRIX_VERIFIER_LOG";
+
+impl LoadOptions {
+    /// `NATRIX_VERIFIER_LOG=FILE`: the full verifier log into FILE.
+    pub fn from_env() -> Self {
+        LoadOptions {
+            verifier_log: std::env::var_os(VERIFIER_LOG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from),
+            reload: false,
+        }
+    }
+}
+
+/// One program as the verifier saw it at a fresh load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgReport {
+    pub name: String,
+    /// Instructions the verifier processed (bpf_prog_info.verified_insns, Linux >= 5.16).
+    pub verified_insns: u32,
+    /// The stack of each subprogram, the program's own first, as the verifier's
+    /// statistics give it ("stack depth A+B+C"); empty when the program was not loaded by
+    /// this process.
+    pub stack_depths: Vec<u32>,
+    /// The verifier's statistics line ("processed N insns (limit 1000000) ...").
+    pub stats_line: String,
+}
+
+/// The pin of the build's identity: a symbolic link whose target is [`build_identity`]
+/// of the programs pinned beside it.
+pub const BUILD_PIN: &str = "build";
+/// Pins of the running instance's programs (`prog_<name>`) and of its own maps
+/// (`inst_<name>`; its program array is [`PROGS_PIN`]).
+const PROG_PIN_PREFIX: &str = "prog_";
+const INST_PIN_PREFIX: &str = "inst_";
+
+fn prog_pin(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{PROG_PIN_PREFIX}{name}"))
+}
+
+/// Where a map of the object is pinned: the shared tables by name, the instance's own as
+/// `inst_<name>`, its program array as [`PROGS_PIN`].
+fn map_pin(dir: &Path, name: &str) -> PathBuf {
+    if MAP_NAMES.contains(&name) {
+        dir.join(name)
+    } else if name == "nx_progs" {
+        dir.join(PROGS_PIN)
+    } else {
+        // bpffs refuses names with a dot (libbpf names the .bss map "<object>.bss")
+        dir.join(format!("{INST_PIN_PREFIX}{}", name.replace('.', "_")))
+    }
+}
+
+/// Why the pinned map at `path` cannot stand in for `map` as it is sized now.
+enum PinMismatch {
+    Read(libbpf_rs::Error),
+    Layout { running: (u32, u32, u32, u32), want: (u32, u32, u32, u32) },
+}
+
+/// Compares the map pinned at `path` with `map` as sized (key and value sizes, entries,
+/// flags) and, when they agree, makes the object use it. bpf_map__reuse_fd (what
+/// reuse_pinned_map calls) takes the fd as it is: compare layouts here, or a program would
+/// run on a table whose entries mean something else. The kernel adds BPF_F_RDONLY_PROG to
+/// every devmap it creates; that bit says nothing about the layout. The event log's size is
+/// the running one's: what it holds (events not yet exported) is kept, whatever
+/// log.buffer_events says now.
+fn reuse_pinned(map: &mut libbpf_rs::OpenMapMut<'_>, path: &Path) -> std::result::Result<(), PinMismatch> {
+    let name = map.name().to_string_lossy().into_owned();
+    let pinned =
+        libbpf_rs::MapHandle::from_pinned_path(path).and_then(|h| h.info()).map_err(PinMismatch::Read)?;
+    const BPF_F_RDONLY_PROG: u32 = 1 << 7;
+    let mut pi = pinned.info;
+    if matches!(pinned.map_type(), libbpf_rs::MapType::Devmap | libbpf_rs::MapType::DevmapHash) {
+        pi.map_flags &= !BPF_F_RDONLY_PROG;
+    }
+    if name == "nx_log_rb" && pinned.map_type() == libbpf_rs::MapType::RingBuf {
+        if pi.max_entries != map.max_entries() {
+            warn!(
+                running = pi.max_entries,
+                configured = map.max_entries(),
+                "log.buffer_events: the running event log keeps its size until `natrix down`"
+            );
+        }
+        map.set_max_entries(pi.max_entries).map_err(PinMismatch::Read)?;
+    }
+    let want = (map.key_size(), map.value_size(), map.max_entries(), map.map_flags());
+    let running = (pi.key_size, pi.value_size, pi.max_entries, pi.map_flags);
+    if running != want {
+        return Err(PinMismatch::Layout { running, want });
+    }
+    map.reuse_pinned_map(path).map_err(PinMismatch::Read)
+}
+
+/// What a per-instance map's size follows in the config, for the log line that says why a
+/// restart loads new programs.
+fn sized_by(map: &str) -> &'static str {
+    match map {
+        "nx_fibc" => "fib_cache.entries",
+        "nx_excl" => "[[exclude]]",
+        "nx_subnets" => "nat.subscribers",
+        _ => "this build",
+    }
+}
+
+/// The identity of the programs an opened and prepared (bpf_object__prepare: relocated,
+/// maps in place, nothing loaded) object would load: a hash of every program's name, type
+/// and final instructions, the instructions that refer to a map naming it by its place in
+/// the object instead of by descriptor. Two builds with the same identity load the same
+/// code, so a restart with an equal identity reuses the pinned programs.
+fn build_identity(obj: &libbpf_rs::OpenObject) -> String {
+    use libbpf_rs::AsRawLibbpf;
+    // FNV-1a, 128 bits: not against an adversary (whoever can write the pin directory can
+    // replace the programs anyway), against two builds colliding by chance
+    struct Fnv(u128);
+    impl Fnv {
+        fn eat(&mut self, b: &[u8]) {
+            for &x in b {
+                self.0 ^= u128::from(x);
+                self.0 = self.0.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+            }
+            // a separator, so that ("ab", "c") and ("a", "bc") differ
+            self.0 = (self.0 ^ 0xff).wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+        }
+    }
+    let mut h = Fnv(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d);
+    let mut fds: Vec<(i32, u32)> = Vec::new();
+    for (i, m) in obj.maps().enumerate() {
+        // SAFETY: a map of this object.
+        let fd = unsafe { libbpf_rs::libbpf_sys::bpf_map__fd(m.as_libbpf_object().as_ptr()) };
+        fds.push((fd, i as u32));
+        h.eat(m.name().as_encoded_bytes());
+        // without BPF_F_RDONLY_PROG, which the kernel adds to every devmap it creates (a
+        // reused map has it, the definition not)
+        let flags = m.map_flags() & !(1 << 7);
+        h.eat(&[m.map_type() as u32, m.key_size(), m.value_size(), flags].map(u32::to_ne_bytes).concat());
+    }
+    const LD_IMM64: u8 = 0x18;
+    const PSEUDO_MAP_FD: u8 = 1;
+    const PSEUDO_MAP_VALUE: u8 = 2;
+    const PSEUDO_BTF_ID: u8 = 3;
+    for p in obj.progs() {
+        h.eat(p.name().as_encoded_bytes());
+        h.eat(&[p.prog_type() as u32, u32::from(p.autoload())].map(u32::to_ne_bytes).concat());
+        let insns = p.insns();
+        let mut bytes = Vec::with_capacity(insns.len() * 8);
+        let mut i = 0;
+        while i < insns.len() {
+            let x = &insns[i];
+            let regs = x.dst_reg() | (x.src_reg() << 4);
+            let mut imm = x.imm;
+            let mut next_imm = None;
+            if x.code == LD_IMM64 && i + 1 < insns.len() {
+                match x.src_reg() {
+                    PSEUDO_MAP_FD | PSEUDO_MAP_VALUE => {
+                        imm = fds.iter().find(|(fd, _)| *fd == x.imm).map_or(-1, |(_, idx)| *idx as i32);
+                    }
+                    // a kernel variable: its BTF id is the kernel's, the module BTF's fd ours
+                    PSEUDO_BTF_ID => next_imm = Some(0i32),
+                    _ => {}
+                }
+            }
+            bytes.push(x.code);
+            bytes.push(regs);
+            bytes.extend_from_slice(&x.off.to_ne_bytes());
+            bytes.extend_from_slice(&imm.to_ne_bytes());
+            if let Some(n) = next_imm {
+                let y = &insns[i + 1];
+                bytes.push(y.code);
+                bytes.push(y.dst_reg() | (y.src_reg() << 4));
+                bytes.extend_from_slice(&y.off.to_ne_bytes());
+                bytes.extend_from_slice(&n.to_ne_bytes());
+                i += 1;
+            }
+            i += 1;
+        }
+        h.eat(&bytes);
+    }
+    // SAFETY: libbpf_version_string returns a static NUL-terminated string.
+    let libbpf = unsafe { std::ffi::CStr::from_ptr(libbpf_rs::libbpf_sys::libbpf_version_string()) };
+    h.eat(libbpf.to_bytes());
+    format!("natrix-bpf-1:{:032x}", h.0)
+}
+
+/// The kernel's release (uname -r), for messages about what it refused.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "?".into(), |s| s.trim().to_string())
+}
+
+/// The verifier's log of each program of one load, in buffers of this process's own
+/// (bpf_program__set_log_buf): by default small, at BPF_LOG_STATS (the verifier's error
+/// messages and its final statistics: what a one-line error and the report need); with a
+/// full log asked for, large, at BPF_LOG_LEVEL1 as well.
+struct VerifierLogs {
+    bufs: Vec<(String, Vec<u8>)>,
+}
+
+/// BPF_LOG_LEVEL1 and BPF_LOG_STATS (include/linux/bpf_verifier.h).
+const BPF_LOG_LEVEL1: u32 = 1;
+const BPF_LOG_STATS: u32 = 4;
+/// A program's statistics and error messages fit easily; the kernel fails a load whose log
+/// does not fit (ENOSPC), so there is room to spare.
+const STATS_LOG_BYTES: usize = 256 << 10;
+/// A full log of a program near the 1M limit is about 90 MB.
+const FULL_LOG_BYTES: usize = 256 << 20;
+
+impl VerifierLogs {
+    fn attach(obj: &mut libbpf_rs::OpenObject, full: bool) -> Self {
+        use libbpf_rs::AsRawLibbpf;
+        let (level, size) = if full {
+            (BPF_LOG_LEVEL1 | BPF_LOG_STATS, FULL_LOG_BYTES)
+        } else {
+            (BPF_LOG_STATS, STATS_LOG_BYTES)
         };
-        let took_over = pin_dir.as_deref().is_some_and(is_pinned);
+        let mut bufs = Vec::new();
+        for mut p in obj.progs_mut() {
+            if !p.autoload() {
+                continue;
+            }
+            let name = p.name().to_string_lossy().into_owned();
+            let mut buf = vec![0u8; size];
+            p.set_log_level(level);
+            // SAFETY: the buffer outlives the load (self keeps it; it is never resized), and
+            // libbpf only writes into it while loading.
+            unsafe {
+                libbpf_rs::libbpf_sys::bpf_program__set_log_buf(
+                    p.as_libbpf_object().as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len() as _,
+                );
+            }
+            bufs.push((name, buf));
+        }
+        VerifierLogs { bufs }
+    }
+
+    /// Each program's log as text, in load order (empty: not loaded).
+    fn texts(&self) -> Vec<(String, String)> {
+        self.bufs
+            .iter()
+            .map(|(n, b)| {
+                let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                (n.clone(), String::from_utf8_lossy(&b[..end]).into_owned())
+            })
+            .collect()
+    }
+}
+
+/// A verifier log's statistics: (stack depth of each subprogram, the "processed N insns"
+/// line).
+fn parse_stats(log: &str) -> (Vec<u32>, String) {
+    let stack = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("stack depth "))
+        .map(|s| s.trim().split('+').filter_map(|d| d.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    let stats = log.lines().rev().find(|l| l.starts_with("processed ")).unwrap_or("").trim().to_string();
+    (stack, stats)
+}
+
+/// The verifier's reason for refusing a program: the last line of its log that is not
+/// part of the final statistics (with BPF_LOG_STATS alone the log is the error messages
+/// and the statistics; with the full log, the instruction trace comes before them).
+fn refusal_reason(log: &str) -> Option<String> {
+    let is_stats = |l: &str| {
+        l.starts_with("processed ")
+            || l.starts_with("stack depth ")
+            || l.starts_with("verification time ")
+            || l.trim().is_empty()
+            || l.starts_with("-- END PROG LOAD LOG --")
+    };
+    log.lines().rev().find(|l| !is_stats(l)).map(|l| l.trim().to_string())
+}
+
+/// libbpf's own messages: warnings to the log as warnings, the rest at debug level; while
+/// a load runs on this thread they are held back instead, so that a refused program makes
+/// one error, not a page (libbpf prints the load failure itself, then the error names it).
+mod libbpf_print {
+    use std::cell::RefCell;
+
+    use libbpf_rs::PrintLevel;
+
+    thread_local! {
+        static HELD: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    }
+
+    fn print(level: PrintLevel, msg: String) {
+        let msg = msg.trim_end().to_string();
+        let warn = matches!(level, PrintLevel::Warn);
+        let held = HELD.with(|h| match h.borrow_mut().as_mut() {
+            Some(v) if warn => {
+                v.push(msg.clone());
+                true
+            }
+            _ => false,
+        });
+        if held {
+            return;
+        }
+        if warn {
+            tracing::warn!(target: "libbpf", "{msg}");
+        } else {
+            tracing::debug!(target: "libbpf", "{msg}");
+        }
+    }
+
+    pub fn install() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            libbpf_rs::set_print(Some((PrintLevel::Info, print)));
+        });
+    }
+
+    /// Holds libbpf's warnings on this thread until [`release`].
+    pub fn hold() {
+        HELD.with(|h| *h.borrow_mut() = Some(Vec::new()));
+    }
+
+    /// The warnings held since [`hold`]; printing goes back to normal.
+    pub fn release() -> Vec<String> {
+        HELD.with(|h| h.borrow_mut().take().unwrap_or_default())
+    }
+}
+
+/// Each program's verifier log, by name, in load order.
+pub type ProgLogs = Vec<(String, String)>;
+
+/// Loads an opened skeleton with a verifier log per program. A refusal becomes one
+/// [`DataplaneError::Verifier`]: the program, the verifier's reason and statistics line,
+/// the kernel. With `opts.verifier_log`, every program's full log goes to that file.
+/// Returns the loaded skeleton and each program's log (its statistics, for
+/// [`Dataplane::verifier_report`]).
+pub fn load_logged<'o, S>(mut open: S, opts: &LoadOptions) -> Result<(S::Output, ProgLogs)>
+where
+    S: OpenSkel<'o>,
+{
+    libbpf_print::install();
+    let full = opts.verifier_log.is_some();
+    let logs = VerifierLogs::attach(open.open_object_mut(), full);
+    libbpf_print::hold();
+    let loaded = open.load();
+    let held = libbpf_print::release();
+    let texts = logs.texts();
+    drop(logs);
+    if let Some(path) = &opts.verifier_log {
+        let mut all = String::new();
+        for (name, log) in &texts {
+            if !log.is_empty() {
+                all.push_str(&format!("==== {name} (kernel {}) ====\n{log}\n", kernel_release()));
+            }
+        }
+        for l in &held {
+            all.push_str(&format!("libbpf: {l}\n"));
+        }
+        match std::fs::write(path, all) {
+            Ok(()) => info!(file = %path.display(), "the verifier's full log written"),
+            Err(e) => warn!(file = %path.display(), "cannot write the verifier's log: {e}"),
+        }
+    }
+    match loaded {
+        Ok(skel) => {
+            for l in &held {
+                warn!(target: "libbpf", "{l}");
+            }
+            Ok((skel, texts))
+        }
+        Err(source) => {
+            // libbpf loads the programs in order and stops at the first it cannot load:
+            // that one it names in its warning, and it is the last with a log
+            let named = held.iter().find_map(|l| {
+                let rest = l.strip_prefix("libbpf: ").unwrap_or(l).strip_prefix("prog '")?;
+                let (name, tail) = rest.split_once('\'')?;
+                tail.contains("failed to load").then(|| name.to_string())
+            });
+            let failed = named
+                .and_then(|n| texts.iter().find(|(t, _)| *t == n).cloned())
+                .or_else(|| texts.iter().rev().find(|(_, l)| !l.is_empty()).cloned());
+            let Some((prog, log)) = failed else {
+                // not the verifier (a map, BTF, the kernel's features): libbpf's own words
+                for l in &held {
+                    warn!(target: "libbpf", "{l}");
+                }
+                return Err(DataplaneError::Bpf { what: "loading the BPF object".into(), source });
+            };
+            for l in &held {
+                tracing::debug!(target: "libbpf", "{l}");
+            }
+            let (_, stats) = parse_stats(&log);
+            let mut reason = refusal_reason(&log).unwrap_or_else(|| source.to_string());
+            if !stats.is_empty() && !reason.contains(&stats) {
+                reason = format!("{reason} ({stats})");
+            }
+            let log_hint = match &opts.verifier_log {
+                Some(p) => format!("the full verifier log is in {}", p.display()),
+                None => format!("for the full verifier log set {VERIFIER_LOG_ENV}=FILE (slow)"),
+            };
+            Err(DataplaneError::Verifier {
+                prog,
+                kernel: kernel_release(),
+                reason: reason.replace('\n', " "),
+                errno: source.to_string(),
+                log_hint,
+            })
+        }
+    }
+}
+
+/// The id of the program or map behind `fd` (bpf_obj_get_info_by_fd), 0 when unknown.
+pub fn prog_id(fd: std::os::fd::BorrowedFd<'_>) -> u32 {
+    prog_info(fd).map_or(0, |i| i.id)
+}
+
+fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys::bpf_prog_info> {
+    let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: a valid fd and an info struct of the size we pass.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    (rc == 0).then_some(info)
+}
+
+/// The program each XDP link under `pin` runs (`link_<ifname>`), and the programs in the
+/// slots of the pinned program array (`nx_progs[<slot>]`), by id: what a restart that
+/// reuses the programs keeps and one that loads new ones changes.
+pub fn running_program_ids(pin: &Path) -> Result<std::collections::BTreeMap<String, u32>> {
+    let mut out = std::collections::BTreeMap::new();
+    let rd = std::fs::read_dir(pin)
+        .map_err(|source| DataplaneError::Io { what: format!("reading {}", pin.display()), source })?;
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("link_") {
+            continue;
+        }
+        let link = Link::open(e.path()).map_err(bpf(format!("opening {name}")))?;
+        let mut info = libbpf_rs::libbpf_sys::bpf_link_info::default();
+        let mut len = std::mem::size_of_val(&info) as u32;
+        // SAFETY: a valid fd and an info struct of the size we pass.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_link_get_info_by_fd(link.as_fd().as_raw_fd(), &mut info, &mut len)
+        };
+        if rc != 0 {
+            return Err(DataplaneError::Io {
+                what: format!("reading the link {name}"),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        out.insert(name, info.prog_id);
+    }
+    let progs =
+        libbpf_rs::MapHandle::from_pinned_path(pin.join(PROGS_PIN)).map_err(bpf("opening nx_progs"))?;
+    for slot in 0..progs.info().map_or(0, |i| i.info.max_entries) {
+        // a program array read from user space gives the id of the program in the slot
+        if let Ok(Some(v)) = progs.lookup(&slot.to_ne_bytes(), MapFlags::ANY) {
+            if v.len() >= 4 {
+                out.insert(format!("nx_progs[{slot}]"), u32::from_ne_bytes([v[0], v[1], v[2], v[3]]));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The LPM tries this instance fills from the config: each with the keys it must hold
+/// (`[[exclude]]` into nx_excl; nat.subscribers beyond what nx_config holds into
+/// nx_subnets).
+fn lpm_contents(cfg: &Config) -> Vec<(&'static str, std::collections::BTreeSet<Vec<u8>>)> {
+    let keys = |nets: &[ipnet::Ipv4Net]| {
+        nets.iter()
+            .map(|net| {
+                let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
+                bytemuck::bytes_of(&key).to_vec()
+            })
+            .collect()
+    };
+    let subnets = if cfg.nat.deterministic.is_none() && cfg.nat.subscribers.len() > SUBNETS {
+        keys(&cfg.nat.subscribers)
+    } else {
+        Default::default()
+    };
+    vec![("nx_excl", keys(&cfg.exclude)), ("nx_subnets", subnets)]
+}
+
+impl Dataplane {
+    /// Opens and loads the BPF object with table sizes from `cfg` ([`LoadOptions::from_env`]).
+    /// With `Pinned`, maps that are already pinned are reused as they are (a takeover), the
+    /// others are created and pinned; when the pinned programs are this build's and the
+    /// config asks nothing of them that only a new instance can carry, they are reused
+    /// too, and nothing is loaded or verified.
+    pub fn load(cfg: &Config, persistence: Persistence) -> Result<Self> {
+        Self::load_with(cfg, persistence, &LoadOptions::from_env())
+    }
+
+    pub fn load_with(cfg: &Config, persistence: Persistence, opts: &LoadOptions) -> Result<Self> {
+        check_arch(std::env::consts::ARCH)?;
+        libbpf_print::install();
+        let sizes = Sizes::from_config(cfg);
+        if let Persistence::Pinned(dir) = &persistence {
+            if is_pinned(dir) {
+                if opts.reload {
+                    info!("--reload: loading and verifying a new program instance (the tables are kept)");
+                } else if opts.verifier_log.is_some() {
+                    info!("{VERIFIER_LOG_ENV}: loading and verifying a new program instance for its log");
+                } else if let Some(dp) = Self::reuse(cfg, dir, sizes)? {
+                    return Ok(dp);
+                }
+            }
+        }
+        Self::load_fresh(cfg, sizes, persistence, opts)
+    }
+
+    /// Opens the object with the config's sizes; under `dir`, with the shared tables pinned
+    /// there reused (a takeover: `took_over`) and, with `own`, the instance's own maps too.
+    /// Err(reason) inside Ok: an own map cannot be reused (a new instance must be loaded).
+    #[allow(clippy::type_complexity)]
+    fn open_object<'o>(
+        storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+        sizes: Sizes,
+        dir: Option<&Path>,
+        took_over: bool,
+        own: bool,
+    ) -> Result<(crate::skel::OpenNatrixSkel<'o>, Vec<String>, Option<String>)> {
+        let mut open = NatrixSkelBuilder::default().open(storage).map_err(bpf("opening the BPF object"))?;
         let mut fresh: Vec<String> = Vec::new();
         {
             let m = &mut open.maps;
@@ -501,76 +1099,210 @@ impl Dataplane {
                 map.set_max_entries(n).map_err(bpf(format!("sizing map {name}")))?;
             }
         }
-        if let Some(dir) = &pin_dir {
-            if took_over {
-                for mut map in open.open_object_mut().maps_mut() {
-                    let name = map.name().to_string_lossy().into_owned();
-                    if !MAP_NAMES.contains(&name.as_str()) {
-                        continue;
+        let Some(dir) = dir.filter(|_| took_over) else { return Ok((open, fresh, None)) };
+        let pin = dir.display().to_string();
+        let mut own_problem = None;
+        for mut map in open.open_object_mut().maps_mut() {
+            let name = map.name().to_string_lossy().into_owned();
+            let path = map_pin(dir, &name);
+            if !MAP_NAMES.contains(&name.as_str()) {
+                if !own || own_problem.is_some() {
+                    continue;
+                }
+                if !path.exists() {
+                    own_problem = Some(format!("the running instance's map {name} is not pinned"));
+                    continue;
+                }
+                match reuse_pinned(&mut map, &path) {
+                    Ok(()) => {}
+                    Err(PinMismatch::Read(e)) => {
+                        own_problem = Some(format!("the running instance's map {name} cannot be read ({e})"))
                     }
-                    let path = dir.join(&name);
-                    if !path.exists() && FRESH_ON_TAKEOVER.contains(&name.as_str()) {
-                        // made by this load, pinned once it is loaded (an upgrade from a
-                        // version without it)
-                        fresh.push(name);
-                        continue;
+                    Err(PinMismatch::Layout { running, want }) => {
+                        own_problem = Some(format!(
+                            "{} changed (map {name}: running {} entries, now {})",
+                            sized_by(&name),
+                            running.2,
+                            want.2
+                        ))
                     }
-                    if !path.exists() {
-                        return Err(DataplaneError::Incompatible {
-                            pin: dir.display().to_string(),
-                            what: format!("version (map {name} is missing)"),
-                        });
-                    }
-                    // bpf_map__reuse_fd (what reuse_pinned_map calls) takes the fd as it is:
-                    // compare layouts here, or a program would run on a table whose entries
-                    // mean something else. The kernel adds BPF_F_RDONLY_PROG to every devmap
-                    // it creates; that bit says nothing about the layout.
-                    let pinned = libbpf_rs::MapHandle::from_pinned_path(&path)
-                        .and_then(|h| h.info())
-                        .map_err(bpf(format!("reading pinned map {name}")))?;
-                    const BPF_F_RDONLY_PROG: u32 = 1 << 7;
-                    let mut pi = pinned.info;
-                    if matches!(
-                        pinned.map_type(),
-                        libbpf_rs::MapType::Devmap | libbpf_rs::MapType::DevmapHash
-                    ) {
-                        pi.map_flags &= !BPF_F_RDONLY_PROG;
-                    }
-                    // The event log's size is the running one's: what it holds (events not
-                    // yet exported) is kept, whatever log.buffer_events says now.
-                    if name == "nx_log_rb" && pinned.map_type() == libbpf_rs::MapType::RingBuf {
-                        if pi.max_entries != map.max_entries() {
-                            tracing::warn!(
-                                running = pi.max_entries,
-                                configured = map.max_entries(),
-                                "log.buffer_events: the running event log keeps its size until `natrix down`"
-                            );
-                        }
-                        map.set_max_entries(pi.max_entries).map_err(bpf("sizing map nx_log_rb"))?;
-                    }
-                    let want = (map.key_size(), map.value_size(), map.max_entries(), map.map_flags());
-                    if (pi.key_size, pi.value_size, pi.max_entries, pi.map_flags) != want {
-                        return Err(DataplaneError::Incompatible {
-                            pin: dir.display().to_string(),
-                            what: format!(
-                                "table layout or size (map {name}: running key/value/entries/flags {}/{}/{}/{:#x}, \
-                                 this version and config {}/{}/{}/{:#x}; pool, ports, block size or [limits] changed?)",
-                                pi.key_size, pi.value_size, pi.max_entries, pi.map_flags, want.0, want.1, want.2, want.3
-                            ),
-                        });
-                    }
-                    map.reuse_pinned_map(&path).map_err(|_| DataplaneError::Incompatible {
-                        pin: dir.display().to_string(),
+                }
+                continue;
+            }
+            if !path.exists() && FRESH_ON_TAKEOVER.contains(&name.as_str()) {
+                // made by this load, pinned once it is loaded (an upgrade from a version
+                // without it)
+                fresh.push(name);
+                continue;
+            }
+            if !path.exists() {
+                return Err(DataplaneError::Incompatible {
+                    pin,
+                    what: format!("version (map {name} is missing)"),
+                });
+            }
+            match reuse_pinned(&mut map, &path) {
+                Ok(()) => {}
+                Err(PinMismatch::Read(source)) => {
+                    return Err(DataplaneError::Bpf { what: format!("reusing pinned map {name}"), source })
+                }
+                Err(PinMismatch::Layout { running: r, want: w }) => {
+                    return Err(DataplaneError::Incompatible {
+                        pin,
                         what: format!(
-                            "table layout or size (map {name}: pool, ports, block size or [limits] changed?)"
+                            "table layout or size (map {name}: running key/value/entries/flags {}/{}/{}/{:#x}, \
+                             this version and config {}/{}/{}/{:#x}; pool, ports, block size or [limits] changed?)",
+                            r.0, r.1, r.2, r.3, w.0, w.1, w.2, w.3
                         ),
-                    })?;
+                    })
                 }
             }
         }
-        let skel = open.load().map_err(bpf("loading the BPF programs (verifier)"))?;
+        Ok((open, fresh, own_problem))
+    }
+
+    /// A restart of the same build: the pinned programs and their maps, if they are this
+    /// build's and the config needs no new instance (then None, the reason logged). Loads
+    /// and verifies nothing: the object is only opened and prepared (relocated, with every
+    /// map the pinned one) to compute its identity.
+    fn reuse(cfg: &Config, dir: &Path, sizes: Sizes) -> Result<Option<Self>> {
+        let fresh = |why: &str| {
+            info!("{why}: loading and verifying a new program instance (the tables are kept)");
+            Ok(None)
+        };
+        let Ok(running) = std::fs::read_link(dir.join(BUILD_PIN)) else {
+            return fresh(
+                "no program instance of a known build is pinned (an older natrix, or a start cut short)",
+            );
+        };
+        let running = running.to_string_lossy().into_owned();
+        let mut storage = MaybeUninit::uninit();
+        let (mut open, missing, own_problem) = Self::open_object(&mut storage, sizes, Some(dir), true, true)?;
+        if let Some(why) = own_problem {
+            return fresh(&why);
+        }
+        if let Some(m) = missing.first() {
+            return fresh(&format!("map {m} is not pinned yet"));
+        }
+        {
+            use libbpf_rs::AsRawLibbpf;
+            libbpf_print::hold();
+            // SAFETY: an opened object, not yet prepared or loaded.
+            let rc = unsafe {
+                libbpf_rs::libbpf_sys::bpf_object__prepare(open.open_object_mut().as_libbpf_object().as_ptr())
+            };
+            let held = libbpf_print::release();
+            if rc != 0 {
+                for l in held {
+                    tracing::debug!(target: "libbpf", "{l}");
+                }
+                return fresh(&format!(
+                    "this build's object cannot be prepared to compare it ({})",
+                    std::io::Error::from_raw_os_error(-rc)
+                ));
+            }
+        }
+        let identity = build_identity(open.open_object());
+        if identity != running {
+            return fresh(&format!("another build is running ({running}, this is {identity})"));
+        }
+        // The instance's LPM tries are filled before the links switch to it: a change of
+        // them is a new instance, never an edit of the running one under traffic.
+        for (name, want) in lpm_contents(cfg) {
+            let m = libbpf_rs::MapHandle::from_pinned_path(map_pin(dir, name))
+                .map_err(bpf(format!("opening {name}")))?;
+            let have: std::collections::BTreeSet<Vec<u8>> = m.keys().collect();
+            if have != want {
+                return fresh(&format!("{} changed", sized_by(name)));
+            }
+        }
+        let mut progs = Vec::new();
+        for p in open.open_object().progs() {
+            if !p.autoload() {
+                continue;
+            }
+            let name = p.name().to_string_lossy().into_owned();
+            match libbpf_rs::Program::fd_from_pinned_path(prog_pin(dir, &name)) {
+                Ok(fd) => progs.push((name, fd)),
+                Err(_) => return fresh(&format!("program {name} is not pinned")),
+            }
+        }
+        let mut maps = Vec::new();
+        for m in open.open_object().maps() {
+            let name = m.name().to_string_lossy().into_owned();
+            let h = libbpf_rs::MapHandle::from_pinned_path(map_pin(dir, &name))
+                .map_err(bpf(format!("opening pinned map {name}")))?;
+            maps.push((name, h));
+        }
+        drop(open);
+        // tables of another layout are refused as configure() refuses them on a fresh load
+        if let Some(h) = maps.iter().find(|(n, _)| n == "nx_cfg").map(|(_, h)| h) {
+            if let Ok(Some(v)) = h.lookup(&0u32.to_ne_bytes(), MapFlags::ANY) {
+                if let Some(c) = crate::tables::value::<nx_config>(&v) {
+                    if c.layout != TABLE_LAYOUT {
+                        return Err(layout_error(dir.display().to_string(), c.layout));
+                    }
+                }
+            }
+        }
+        let tables = Tables::open_pinned(dir)?;
+        info!(build = %identity, "the running programs are this build's: reused, nothing loaded or verified");
+        Ok(Some(Dataplane {
+            skel: LoadedSkel(None),
+            tables,
+            sizes,
+            took_over: true,
+            persistence: Persistence::Pinned(dir.to_path_buf()),
+            inst: Instance { progs, maps, reused: true },
+            identity,
+            logs: Vec::new(),
+        }))
+    }
+
+    fn load_fresh(cfg: &Config, sizes: Sizes, persistence: Persistence, opts: &LoadOptions) -> Result<Self> {
+        let _ = cfg;
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let pin_dir = match &persistence {
+            Persistence::Pinned(p) => Some(p.clone()),
+            Persistence::Private => None,
+        };
+        let took_over = pin_dir.as_deref().is_some_and(is_pinned);
+        let (mut open, fresh, _) = Self::open_object(storage, sizes, pin_dir.as_deref(), took_over, false)?;
+        let identity = {
+            use libbpf_rs::AsRawLibbpf;
+            // prepared first (as a restart prepares it to compare), so that the identity is
+            // computed from the same instructions on both paths
+            libbpf_print::hold();
+            // SAFETY: an opened object, not yet prepared or loaded.
+            let rc = unsafe {
+                libbpf_rs::libbpf_sys::bpf_object__prepare(open.open_object_mut().as_libbpf_object().as_ptr())
+            };
+            let held = libbpf_print::release();
+            if rc != 0 {
+                for l in &held {
+                    warn!(target: "libbpf", "{l}");
+                }
+                return Err(DataplaneError::Bpf {
+                    what: "preparing the BPF object (maps, relocations)".into(),
+                    source: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(-rc)),
+                });
+            }
+            build_identity(open.open_object())
+        };
+        let (skel, logs) = load_logged(open, opts)?;
         let tables = Tables::from_skel(&skel)?;
-        let mut dp = Dataplane { skel, tables, sizes, took_over, persistence };
+        let inst = Instance::from_skel(&skel)?;
+        let mut dp = Dataplane {
+            skel: LoadedSkel(Some(skel)),
+            tables,
+            sizes,
+            took_over,
+            persistence,
+            inst,
+            identity,
+            logs,
+        };
         match (pin_dir, took_over) {
             (Some(dir), false) => dp.pin_maps(&dir, &MAP_NAMES)?,
             (Some(dir), true) if !fresh.is_empty() => {
@@ -582,14 +1314,76 @@ impl Dataplane {
         Ok(dp)
     }
 
+    /// Per program: what the verifier processed (bpf_prog_info) and, after a fresh load
+    /// by this process, the stack depths and statistics line of its log.
+    pub fn verifier_report(&self) -> Vec<ProgReport> {
+        self.inst
+            .progs
+            .iter()
+            .map(|(name, fd)| {
+                let log = self.logs.iter().find(|(n, _)| n == name).map_or("", |(_, l)| l.as_str());
+                let (stack_depths, stats_line) = parse_stats(log);
+                ProgReport {
+                    name: name.clone(),
+                    verified_insns: prog_info(fd.as_fd()).map_or(0, |i| i.verified_insns),
+                    stack_depths,
+                    stats_line,
+                }
+            })
+            .collect()
+    }
+
+    /// The program `name` of this instance (loaded or reused).
+    pub fn prog(&self, name: &str) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inst.progs.iter().find(|(n, _)| n == name).map(|(_, fd)| fd.as_fd())
+    }
+
+    /// The map `name` of this instance: a shared table or one of the instance's own.
+    pub fn map(&self, name: &str) -> Option<&libbpf_rs::MapHandle> {
+        self.inst.maps.iter().find(|(n, _)| n == name).map(|(_, h)| h)
+    }
+
+    fn need_map(&self, name: &str) -> Result<&libbpf_rs::MapHandle> {
+        self.map(name).ok_or_else(|| DataplaneError::Io {
+            what: format!("map {name} of the data plane"),
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        })
+    }
+
+    fn need_prog(&self, name: &str) -> Result<std::os::fd::BorrowedFd<'_>> {
+        self.prog(name).ok_or_else(|| DataplaneError::Io {
+            what: format!("program {name} of the data plane"),
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        })
+    }
+
+    /// The ids of this instance's programs, by name.
+    pub fn program_ids(&self) -> Vec<(String, u32)> {
+        self.inst.progs.iter().map(|(n, fd)| (n.clone(), prog_id(fd.as_fd()))).collect()
+    }
+
+    /// True when the running programs were reused (nothing was loaded or verified).
+    pub fn programs_reused(&self) -> bool {
+        self.inst.reused
+    }
+
+    /// The identity of the build whose programs run ([`BUILD_PIN`]).
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The reaper: the control programs and their batch buffer.
+    pub fn reaper(&self) -> Result<crate::expiry::Reaper<'_>> {
+        let buf = self.need_map("nx_reap_buf")?;
+        Ok(crate::expiry::Reaper::new(|name| self.prog(name), buf))
+    }
+
     fn pin_maps(&mut self, dir: &Path, names: &[&str]) -> Result<()> {
         std::fs::create_dir_all(dir)
             .map_err(|source| DataplaneError::Io { what: format!("creating {}", dir.display()), source })?;
-        use libbpf_rs::skel::Skel;
-        for mut map in self.skel.object_mut().maps_mut() {
-            let name = map.name().to_string_lossy().into_owned();
+        for (name, h) in self.inst.maps.iter_mut().map(|(n, h)| (&*n, h)) {
             if names.contains(&name.as_str()) {
-                map.pin(dir.join(&name)).map_err(bpf(format!("pinning map {name}")))?;
+                h.pin(dir.join(name.as_str())).map_err(bpf(format!("pinning map {name}")))?;
             }
         }
         Ok(())
@@ -612,13 +1406,7 @@ impl Dataplane {
             let pool = t.pool()?;
             let pin = self.pin_display();
             if old.layout != TABLE_LAYOUT {
-                return Err(DataplaneError::Incompatible {
-                    pin,
-                    what: format!(
-                        "table layout {} (this natrix reads layout {TABLE_LAYOUT}: the running tables were written by another version)",
-                        old.layout
-                    ),
-                });
+                return Err(layout_error(pin, old.layout));
             }
             if pool != cfg.pool.addresses {
                 return Err(DataplaneError::Incompatible { pin, what: "pool.addresses".into() });
@@ -678,11 +1466,7 @@ impl Dataplane {
     /// jiffies and CLOCK_MONOTONIC at one moment, read by the `nx_clock` program.
     pub fn read_clock(&self) -> Result<crate::clock::Sample> {
         let mut ctx = [0u8; std::mem::size_of::<nx_clock>()];
-        self.skel
-            .progs
-            .nx_clock
-            .test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })
-            .map_err(bpf("running nx_clock"))?;
+        run_syscall_prog(self.need_prog("nx_clock")?, &mut ctx).map_err(bpf("running nx_clock"))?;
         let c: nx_clock = bytemuck::pod_read_unaligned(&ctx);
         Ok(crate::clock::Sample { jiffies: c.jiffies, mono_ns: c.mono_ns })
     }
@@ -690,18 +1474,10 @@ impl Dataplane {
     /// `[[exclude]]` prefixes into the LPM trie (this program instance's own map: filled
     /// before the links switch to it).
     pub fn set_exclusions(&self, cfg: &Config) -> Result<()> {
-        let m = &self.skel.maps.nx_excl;
-        for net in &cfg.exclude {
-            let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
-            m.update(bytemuck::bytes_of(&key), &[1u8], MapFlags::ANY).map_err(bpf("filling nx_excl"))?;
-        }
-        // nat.subscribers beyond what nx_config holds (NX_CF_SUBNET_TRIE)
-        if cfg.nat.deterministic.is_none() && cfg.nat.subscribers.len() > SUBNETS {
-            let m = &self.skel.maps.nx_subnets;
-            for net in &cfg.nat.subscribers {
-                let key = nx_lpm_key { prefixlen: net.prefix_len() as u32, addr: ip_be(net.network()) };
-                m.update(bytemuck::bytes_of(&key), &[1u8], MapFlags::ANY)
-                    .map_err(bpf("filling nx_subnets"))?;
+        for (name, keys) in lpm_contents(cfg) {
+            let m = self.need_map(name)?;
+            for key in keys {
+                m.update(&key, &[1u8], MapFlags::ANY).map_err(bpf(format!("filling {name}")))?;
             }
         }
         Ok(())
@@ -776,10 +1552,7 @@ impl Dataplane {
     /// Runs one batch of the control program (nx_ctl: expiry, static mappings): table
     /// writes go through the data plane's own insert and delete code.
     fn ctl(&self, a: &mut CtlBatch) -> Result<()> {
-        let buf = libbpf_rs::MapHandle::try_from(&self.skel.maps.nx_reap_buf).map_err(bpf("nx_reap_buf"))?;
-        crate::expiry::Reaper { prog: &self.skel.progs.nx_ctl, buf: &buf }
-            .reap(a)
-            .map_err(bpf("running the control program nx_ctl"))
+        self.reaper()?.reap(a).map_err(bpf("running the control program"))
     }
 
     /// Interface roles and redirect targets: replaces whatever was there.
@@ -802,14 +1575,30 @@ impl Dataplane {
             t.ifaces.update(&k, bytemuck::bytes_of(&v), MapFlags::ANY).map_err(bpf("filling nx_ifaces"))?;
             if i.ifindex < IFROLE_DIRECT {
                 // NX_IFROLE_DIRECT: this instance's own array, read per packet
-                self.skel
-                    .maps
-                    .nx_ifrole
+                self.need_map("nx_ifrole")?
                     .update(&k, bytemuck::bytes_of(&v), MapFlags::ANY)
                     .map_err(bpf("filling nx_ifrole"))?;
             }
             t.tx.update(&k, &k, MapFlags::ANY)
                 .map_err(bpf(format!("adding {} to the redirect map", i.name)))?;
+        }
+        if self.inst.reused {
+            // the running instance's own array: entries of interfaces no longer configured
+            // go (a new instance's starts empty)
+            let role = self.need_map("nx_ifrole")?;
+            let zero = nx_iface::default();
+            for ifindex in 0..IFROLE_DIRECT {
+                let k = ifindex.to_ne_bytes();
+                if wanted.contains(&k) {
+                    continue;
+                }
+                if let Ok(Some(v)) = role.lookup(&k, MapFlags::ANY) {
+                    if v.iter().any(|&b| b != 0) {
+                        role.update(&k, bytemuck::bytes_of(&zero), MapFlags::ANY)
+                            .map_err(bpf("clearing nx_ifrole"))?;
+                    }
+                }
+            }
         }
         for map in [&t.ifaces, &t.tx] {
             for k in map.keys().collect::<Vec<_>>() {
@@ -831,28 +1620,46 @@ impl Dataplane {
     /// Attaches the XDP programs: a new pinned link per interface, or, on a takeover, the
     /// existing link switched to the new program atomically. On failure every link this
     /// call created is removed again.
-    pub fn attach(&self, ifaces: &[Iface], mode: XdpMode) -> Result<()> {
-        let Persistence::Pinned(dir) = &self.persistence else {
+    pub fn attach(&mut self, ifaces: &[Iface], mode: XdpMode) -> Result<()> {
+        let Persistence::Pinned(dir) = self.persistence.clone() else {
             return Err(DataplaneError::Io {
                 what: "attach needs a pinned data plane".into(),
                 source: std::io::Error::from_raw_os_error(libc::EINVAL),
             });
         };
+        let dir = dir.as_path();
         let mut created: Vec<PathBuf> = Vec::new();
         let res = (|| {
             for i in ifaces {
-                let prog = match i.role {
-                    Role::Inside => &self.skel.progs.nx_xdp_inside,
-                    Role::Outside => &self.skel.progs.nx_xdp_outside,
-                };
+                let prog = self.need_prog(match i.role {
+                    Role::Inside => "nx_xdp_inside",
+                    Role::Outside => "nx_xdp_outside",
+                })?;
                 let path = link_path(dir, &i.name);
                 if path.exists() {
-                    let mut link =
+                    let link =
                         Link::open(&path).map_err(bpf(format!("opening pinned link of {}", i.name)))?;
-                    link.update_prog(prog).map_err(bpf(format!("replacing the program on {}", i.name)))?;
+                    if link_prog_id(&link) == Some(prog_id(prog)) {
+                        info!(iface = %i.name, "the running link keeps its program");
+                        continue;
+                    }
+                    // SAFETY: valid link and program fds; no options.
+                    let rc = unsafe {
+                        libbpf_rs::libbpf_sys::bpf_link_update(
+                            link.as_fd().as_raw_fd(),
+                            prog.as_raw_fd(),
+                            std::ptr::null(),
+                        )
+                    };
+                    if rc != 0 {
+                        return Err(DataplaneError::Io {
+                            what: format!("replacing the program on {}", i.name),
+                            source: std::io::Error::from_raw_os_error(-rc),
+                        });
+                    }
                     info!(iface = %i.name, "program replaced on the running link");
                 } else {
-                    create_xdp_link(prog.as_fd().as_raw_fd(), i, mode, &path)?;
+                    create_xdp_link(prog.as_raw_fd(), i, mode, &path)?;
                     created.push(path);
                     info!(iface = %i.name, ifindex = i.ifindex, ?mode, "XDP attached");
                 }
@@ -865,7 +1672,7 @@ impl Dataplane {
             }
             return res;
         }
-        self.pin_progs(dir)?;
+        self.pin_instance(dir)?;
         // Interfaces dropped from the config: detached, like forwards no longer configured.
         let configured: std::collections::HashSet<PathBuf> =
             ifaces.iter().map(|i| link_path(dir, &i.name)).collect();
@@ -886,23 +1693,56 @@ impl Dataplane {
 }
 
 impl Dataplane {
-    /// Pins this load's program array (`nx_progs`, the slow path's programs the fast path
-    /// tail-calls), replacing the previous load's: the kernel empties a program array when
-    /// no file or descriptor holds it any more, and the fast path attached to the links
-    /// must reach its slow path while no daemon runs. Called once the links run this
-    /// load's programs, so the previous array is no longer used when its pin goes.
-    fn pin_progs(&self, dir: &Path) -> Result<()> {
-        let path = dir.join(PROGS_PIN);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(DataplaneError::Io { what: format!("removing {}", path.display()), source })
+    /// Pins this instance beside the links, replacing the previous one's pins: its programs
+    /// (`prog_<name>`), its own maps (`inst_<name>`), its program array (`nx_progs`, the
+    /// slow path's programs the fast path tail-calls: the kernel empties a program array
+    /// when no file or descriptor holds it any more, and the fast path attached to the
+    /// links must reach its slow path while no daemon runs), and last the build's identity
+    /// ([`BUILD_PIN`]), which a restart compares to reuse them all. Called once the links
+    /// run this instance's programs, so the previous instance is no longer used when its
+    /// pins go; should this be cut short, the identity is missing and the next start loads
+    /// afresh. A reused instance is pinned already.
+    fn pin_instance(&mut self, dir: &Path) -> Result<()> {
+        if self.inst.reused {
+            return Ok(());
+        }
+        let rm = |path: &Path| match std::fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(DataplaneError::Io { what: format!("removing {}", path.display()), source }),
+        };
+        rm(&dir.join(BUILD_PIN))?;
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.filter_map(|e| e.ok()) {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with(PROG_PIN_PREFIX) || n.starts_with(INST_PIN_PREFIX) {
+                    rm(&e.path())?;
+                }
             }
         }
-        libbpf_rs::MapHandle::try_from(&self.skel.maps.nx_progs)
-            .and_then(|mut h| h.pin(&path))
-            .map_err(bpf(format!("pinning the slow path's program array at {}", path.display())))
+        rm(&dir.join(PROGS_PIN))?;
+        for (name, fd) in &self.inst.progs {
+            let path = prog_pin(dir, name);
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
+            // SAFETY: a valid program fd and path.
+            if unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd.as_raw_fd(), c.as_ptr()) } != 0 {
+                return Err(DataplaneError::Io {
+                    what: format!("pinning program {name} at {}", path.display()),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+        }
+        for (name, h) in self.inst.maps.iter_mut() {
+            if MAP_NAMES.contains(&name.as_str()) {
+                continue;
+            }
+            let path = map_pin(dir, name);
+            h.pin(&path).map_err(bpf(format!("pinning map {name} at {}", path.display())))?;
+        }
+        std::os::unix::fs::symlink(&self.identity, dir.join(BUILD_PIN)).map_err(|source| DataplaneError::Io {
+            what: format!("writing the build's identity at {}", dir.join(BUILD_PIN).display()),
+            source,
+        })
     }
 }
 
@@ -913,6 +1753,48 @@ pub const FRESH_ON_TAKEOVER: [&str; 3] = ["nx_cap_ctl", "nx_cap_buf", "nx_cap_rb
 
 /// The pin of the program array the fast path tail-calls (`nx_progs`), beside the links.
 pub const PROGS_PIN: &str = "nx_progs";
+
+/// The refusal of tables another version wrote.
+fn layout_error(pin: String, layout: u32) -> DataplaneError {
+    DataplaneError::Incompatible {
+        pin,
+        what: format!(
+            "table layout {layout} (this natrix reads layout {TABLE_LAYOUT}: the running tables were written by another version)"
+        ),
+    }
+}
+
+/// The id of the program a link runs.
+fn link_prog_id(link: &Link) -> Option<u32> {
+    let mut info = libbpf_rs::libbpf_sys::bpf_link_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: a valid fd and an info struct of the size we pass.
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_link_get_info_by_fd(link.as_fd().as_raw_fd(), &mut info, &mut len)
+    };
+    (rc == 0).then_some(info.prog_id)
+}
+
+/// Runs a syscall program once (BPF_PROG_RUN) on `ctx`, which it may write back; returns
+/// its return value.
+pub fn run_syscall_prog(
+    fd: std::os::fd::BorrowedFd<'_>,
+    ctx: &mut [u8],
+) -> std::result::Result<u32, libbpf_rs::Error> {
+    let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
+        ctx_in: ctx.as_ptr().cast(),
+        ctx_size_in: ctx.len() as _,
+        ..Default::default()
+    };
+    // SAFETY: a valid program fd; ctx outlives the call (a syscall program's context is
+    // copied in and, changed, back out to ctx_in).
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(fd.as_raw_fd(), &mut opts) };
+    if rc != 0 {
+        return Err(libbpf_rs::Error::from(std::io::Error::from_raw_os_error(-rc)));
+    }
+    Ok(opts.retval)
+}
 
 fn link_path(dir: &Path, ifname: &str) -> PathBuf {
     dir.join(format!("link_{ifname}"))

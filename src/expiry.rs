@@ -19,11 +19,12 @@
 //! serves the state of the tables without a walk of its own.
 
 use std::mem::offset_of;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
 use bytemuck::Pod;
 
-use libbpf_rs::{MapCore, ProgramInput};
+use libbpf_rs::MapCore;
 use tracing::debug;
 
 use crate::abi::{
@@ -133,20 +134,58 @@ impl CtlBatch {
     }
 }
 
-/// The reaper: the control program `nx_ctl` and its batch buffer.
+/// The reaper: the control programs and their batch buffer. Each batch runs the program
+/// that serves its operation (`struct nx_reap_args.op`): `nx_ctl_<op>` when the object has
+/// one, else the one control program `nx_ctl` that serves them all.
 pub struct Reaper<'a> {
-    pub prog: &'a libbpf_rs::ProgramMut<'a>,
-    pub buf: &'a libbpf_rs::MapHandle,
+    /// Indexed by the operation (enum nx_reap_op).
+    progs: [Option<BorrowedFd<'a>>; OPS],
+    buf: &'a libbpf_rs::MapHandle,
 }
 
-impl Reaper<'_> {
-    /// Runs one batch: writes it to nx_reap_buf, runs nx_ctl (BPF_PROG_RUN), reads the
-    /// counts back into `batch`.
+/// One more than the largest operation (enum nx_reap_op).
+const OPS: usize = 6;
+
+/// The control program's name for each operation of enum nx_reap_op.
+fn ctl_prog_name(op: u32) -> Option<&'static str> {
+    Some(match op {
+        REAP_SESSIONS => "nx_ctl_sess",
+        REAP_MAPPINGS => "nx_ctl_maps",
+        REAP_SUBS => "nx_ctl_subs",
+        CTL_STATIC_ADD => "nx_ctl_static_add",
+        CTL_STATIC_DEL => "nx_ctl_static_del",
+        _ => return None,
+    })
+}
+
+impl<'a> Reaper<'a> {
+    /// The reaper of a data plane whose programs `prog` finds by name (Dataplane::prog),
+    /// with its batch buffer (the map nx_reap_buf). Usually `Dataplane::reaper()`.
+    pub fn new(prog: impl Fn(&str) -> Option<BorrowedFd<'a>>, buf: &'a libbpf_rs::MapHandle) -> Self {
+        let all = prog("nx_ctl");
+        let mut progs = [None; OPS];
+        for (op, slot) in progs.iter_mut().enumerate() {
+            if let Some(name) = ctl_prog_name(op as u32) {
+                *slot = prog(name).or(all);
+            }
+        }
+        Reaper { progs, buf }
+    }
+
+    /// Runs one batch: writes it to nx_reap_buf, runs its operation's control program
+    /// (BPF_PROG_RUN), reads the counts back into `batch`.
     pub fn reap(&self, batch: &mut CtlBatch) -> Result<(), libbpf_rs::Error> {
+        let op = batch.get(offset_of!(nx_reap_args, op));
+        let Some(prog) = self.progs.get(op as usize).copied().flatten() else {
+            return Err(libbpf_rs::Error::from(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no control program for operation {op}"),
+            )));
+        };
         let zero = 0u32.to_ne_bytes();
         self.buf.update(&zero, &batch.b, libbpf_rs::MapFlags::ANY)?;
         let mut ctx = [0u8; 8];
-        self.prog.test_run(ProgramInput { context_in: Some(&mut ctx), ..Default::default() })?;
+        crate::dataplane::run_syscall_prog(prog, &mut ctx)?;
         if let Some(v) = self.buf.lookup(&zero, libbpf_rs::MapFlags::ANY)? {
             let n = batch.b.len();
             batch.b.copy_from_slice(&v[..n]);

@@ -20,9 +20,28 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the daemon: validate the config, load or take over the data plane, attach, sweep.
+    ///
+    /// A restart of the same build (the running programs pinned under daemon.pin_path are
+    /// this build's) reuses them: nothing is loaded or verified. Another build, or a config
+    /// change only a new program instance can carry ([[exclude]], fib_cache.entries), loads
+    /// and verifies the programs and switches the links to them. Either way the tables and
+    /// every mapping are kept.
+    ///
+    /// When the verifier refuses a program, natrix prints one line (the program, the
+    /// verifier's reason and statistics, the kernel) and exits 1; the full verifier log
+    /// goes to a file only when asked (--verifier-log, or NATRIX_VERIFIER_LOG=FILE).
     Run {
         #[arg(short, long)]
         config: PathBuf,
+        /// Load and verify a new program instance even when the running one is this build's
+        /// (the tables and mappings are kept).
+        #[arg(long)]
+        reload: bool,
+        /// Write every program's full verifier log into FILE (default: the environment's
+        /// NATRIX_VERIFIER_LOG). Slow: the verifier logs every instruction's state, tens of
+        /// MB for a large program; implies a new program instance.
+        #[arg(long, value_name = "FILE")]
+        verifier_log: Option<PathBuf>,
     },
     /// Check a config file and exit (status 2 on error).
     Check {
@@ -132,12 +151,17 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let res: anyhow::Result<()> = match cli.cmd {
-        Cmd::Run { config } => {
+        Cmd::Run { config, reload, verifier_log } => {
             let cfg = match config_or_exit(&config) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            daemon::run(&cfg, &config)
+            let mut opts = dataplane::LoadOptions::from_env();
+            opts.reload = reload;
+            if verifier_log.is_some() {
+                opts.verifier_log = verifier_log;
+            }
+            daemon::run_with(&cfg, &config, &opts)
         }
         Cmd::Check { config } => match config_or_exit(&config) {
             Ok(c) => {

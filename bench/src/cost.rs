@@ -505,8 +505,7 @@ fn finish(a: &CostArgs, inst: Inst, pooled: &BTreeMap<&'static str, f64>) -> Res
 
     // ---- the daemon's sweep at this size (nothing expires: timeouts are minutes)
     let mut sweeper = Sweeper::new(t)?;
-    let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
-    let reaper = Reaper { prog: &dp.skel.progs.nx_ctl, buf: &reap_buf };
+    let reaper: Reaper<'_> = dp.reaper()?;
     let t_sweep = Instant::now();
     sweeper.sweep(t, &reaper)?;
     let sweep_secs = t_sweep.elapsed().as_secs_f64();

@@ -239,8 +239,7 @@ fn one(a: &LogVolumeArgs, variant: &str) -> Result<serde_json::Value> {
     if a.idle {
         let blocks = active.iter().filter(|e| e.kind == natrix::natlog::NatEventKind::BlockAlloc).count();
         let mut sweeper = Sweeper::new(t)?;
-        let reap_buf = libbpf_rs::MapHandle::try_from(&dp.skel.maps.nx_reap_buf)?;
-        let reaper = Reaper { prog: &dp.skel.progs.nx_ctl, buf: &reap_buf };
+        let reaper: Reaper<'_> = dp.reaper()?;
         let t1 = Instant::now();
         let mut released = 0;
         while released < blocks && t1.elapsed() < Duration::from_secs(30) {

@@ -627,8 +627,7 @@ impl Env {
             *sw =
                 Some(Sweeper::new(&self.dp.tables).expect("expected the sweeper to map nx_ports/nx_blocks"));
         }
-        let buf = MapHandle::try_from(&self.dp.skel.maps.nx_reap_buf).expect("nx_reap_buf handle");
-        let reaper = Reaper { prog: &self.dp.skel.progs.nx_ctl, buf: &buf };
+        let reaper: Reaper<'_> = self.dp.reaper().expect("the reaper's programs and nx_reap_buf");
         sw.as_mut().expect("sweeper").sweep(&self.dp.tables, &reaper).expect("expected the sweep to succeed")
     }
 
