@@ -37,6 +37,14 @@ t_start=$(date +%s)
 say() { echo "kernel-matrix: $*"; }
 rows=()
 failed=0
+skipped() { # skipped kernel compiler label test
+	local pat
+	for pat in $skip; do
+		# shellcheck disable=SC2053
+		[[ $1/$3/$4 == $pat || $1/$2/$4 == $pat ]] && return 0
+	done
+	return 1
+}
 row() { # row kernel compiler test result seconds
 	rows+=("$1"$'\t'"$2"$'\t'"$3"$'\t'"$4"$'\t'"$5")
 }
@@ -68,7 +76,9 @@ for cc in $compilers; do
 	if ! json=$(env "${env_cc[@]}" CARGO_TARGET_DIR="$tdir" "$CARGO" test --release --locked --no-run \
 		"${args[@]}" --message-format=json-render-diagnostics); then
 		say "cargo test --no-run failed with ${cc_label[$cc]} (a test target missing? MATRIX_TESTS='$tests')"
-		for t in $tests; do for k in $kernels; do row "$k" "${cc_label[$cc]}" "$t" "NOT BUILT" -; done; done
+		for t in $tests; do for k in $kernels; do
+			skipped "$k" "$cc" "${cc_label[$cc]}" "$t" || row "$k" "${cc_label[$cc]}" "$t" "NOT BUILT" -
+		done; done
 		failed=1
 		continue
 	fi
@@ -124,12 +134,7 @@ for k in $kernels; do
 		for t in $tests; do
 			[[ -n ${bin[$cc/$t]:-} ]] || continue
 			label=${cc_label[$cc]}
-			skipped=0
-			for pat in $skip; do
-				# shellcheck disable=SC2053
-				[[ $k/$label/$t == $pat || $k/$cc/$t == $pat ]] && skipped=1
-			done
-			((skipped)) && continue
+			skipped "$k" "$cc" "$label" "$t" && continue
 			log=$out/$k-$label-$t.log
 			uname_f=$out/.uname
 			rm -f "$uname_f"
