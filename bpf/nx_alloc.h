@@ -164,6 +164,8 @@ struct nx_pscan {
 	__u32 pidx;
 	__u32 gid;
 	__u32 slot;
+	__u32 pp;  /* the claim's inputs (nx_claim): NX_PP(protocol index, inside port) */
+	__u32 sip; /* and the subscriber */
 };
 
 /* Walking the subscriber's block slots; a bpf_loop callback so that the verifier checks
@@ -249,24 +251,34 @@ static long nx_pscan_cb(__u64 i, void *unused)
 /* The protocol index and inside port of a claim, in one argument (a BPF call has five). */
 #define NX_PP(pidx, in_port_h) ((__u32)(pidx) << 16 | (__u16)(in_port_h))
 
-/* Claim a free port in block gid (already reserved by the caller) for subscriber sip,
- * whose entry is in slot. pp: NX_PP(protocol index, inside port). Returns the outside port
- * in host order, or -1 when the block has no free port. Global, scalar arguments: called
- * from three places in the allocator (the current block, the block slots' walk, a new
- * block), it is verified once instead of once per caller's state, and so is its scan's
- * callback. */
-__noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
+/* Claim a free port in block scan.gid (already reserved by the caller) for subscriber
+ * scan.sip, whose entry is in scan.slot, for scan.pp = NX_PP(protocol index, inside port)
+ * (nx_claim sets them). Returns the outside port in host order, or -1 when the block has no
+ * free port. Global: called from three places in the allocator (the current block, the
+ * block slots' walk, a new block), it is verified once instead of once per caller's state,
+ * and so is its scan's callback. No arguments: its inputs come from the work struct, so
+ * that it keeps none of them in a frame, the deepest chain's last but one. */
+__noinline int nx_claim_in_block(void)
 {
-	struct nx_config *cfg = nx_config();
-	struct nx_sub *sub = nx_sub_at(slot);
-	__u32 pidx = pp >> 16, in_port_h = pp & 0xffff;
-	__u32 addr_idx, first, hint, in, bpa, bs;
 	struct nx_alloc_work *aw = nx_alloc_work_get();
+	struct nx_config *cfg = nx_config();
+	__u32 addr_idx, first, hint, in, bpa, bs, pidx, in_port_h, gid, slot;
 	struct nx_pscan *s;
+	struct nx_sub *sub;
 
-	if (!cfg || !sub || !aw)
+	if (!cfg || !aw)
 		return -1;
 	s = &aw->scan;
+	slot = s->slot;
+	gid = s->gid;
+	pidx = s->pp >> 16;
+	/* tested as itself, below: clang would otherwise test scan.pp against 3 << 16 and
+	 * index next_port[] with the shifted copy, which the verifier sees unbounded */
+	asm volatile("" : "+r"(pidx));
+	in_port_h = s->pp & 0xffff;
+	sub = nx_sub_at(slot);
+	if (!sub)
+		return -1;
 	bpa = cfg->blocks_per_addr;
 	bs = cfg->block_size;
 	if (!bpa || bs < 2 || pidx >= NX_NPROTO)
@@ -282,7 +294,7 @@ __noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
 	hint = (sub->next_port[pidx] - s->base) / 2;
 	in = (__u32)(((__u64)hint - s->half) >> 63);
 	s->start = (s->start & (in - 1)) | (hint & -in);
-	s->word = nx_port_word(sip, (__u16)in_port_h);
+	s->word = nx_port_word(s->sip, (__u16)in_port_h);
 	s->found = -1;
 	/* parity of the offset that gives an outside port of the inside port's parity */
 	s->par = ((in_port_h ^ first) & 1);
@@ -290,8 +302,6 @@ __noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
 		s->par = bpf_get_prandom_u32() & 1;
 	s->first = first;
 	s->pidx = pidx;
-	s->gid = gid;
-	s->slot = slot;
 	bpf_loop(s->half, nx_pscan_cb, 0, 0);
 	if (s->found < 0) {
 		s->par ^= 1; /* none of that parity left: parity is RECOMMENDED, a port is not */
@@ -308,6 +318,21 @@ __noinline int nx_claim_in_block(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
 	if (sub->cur_block != s->gid + 1)
 		sub->cur_block = s->gid + 1;
 	return s->first + s->found;
+}
+
+/* Claim a free port in block gid (already reserved) for subscriber sip, whose entry is in
+ * slot; pp: NX_PP(protocol index, inside port). The outside port, or -1. */
+static __always_inline int nx_claim(__u32 slot, __u32 gid, __u32 pp, __u32 sip)
+{
+	struct nx_alloc_work *aw = nx_alloc_work_get();
+
+	if (!aw)
+		return -1;
+	aw->scan.slot = slot;
+	aw->scan.gid = gid;
+	aw->scan.pp = pp;
+	aw->scan.sip = sip;
+	return nx_claim_in_block();
 }
 
 /* ---- blocks ---- */
@@ -503,7 +528,7 @@ static long nx_slots_cb(__u64 i, void *unused)
 		c->free_val = v;
 		return 0;
 	}
-	port = nx_claim_in_block(c->slot, gid, c->pp, c->sip);
+	port = nx_claim(c->slot, gid, c->pp, c->sip);
 	if (port >= 0) {
 		c->port = port;
 		return 1;
@@ -585,7 +610,7 @@ __noinline int nx_alloc_new_block(void)
 		nx_block_unreserve(gid);
 		return NX_ALLOC_HOME;
 	}
-	port = nx_claim_in_block(c->slot, gid, c->pp, sip);
+	port = nx_claim(c->slot, gid, c->pp, sip);
 	if (port < 0) {
 		nx_block_unreserve(gid);
 		return NX_ALLOC_ERR(NX_DROP_INTERNAL);
@@ -598,10 +623,11 @@ __noinline int nx_alloc_new_block(void)
 /* Allocate an outside port for (sip, inside port) on pool address addr in the subscriber's
  * blocks other than its home block, taking a new block there when its blocks are full and
  * the quota allows: its home block if free (then NX_ALLOC_HOME), else any. slot: the
- * subscriber's entry; pp: NX_PP(protocol index, inside port). Inline in nx_alloc (twice:
- * a lost race for a block slot is tried once more): its frame is then nx_alloc's, one
- * level less in the data plane's deepest call chain, and what it calls is global. */
-static __always_inline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
+ * subscriber's entry; pp: NX_PP(protocol index, inside port). Global, scalar arguments:
+ * verified once. The new block, when one is needed, is taken by its caller
+ * (nx_alloc_port_new): this function's frame is then not under that path's. */
+#define NX_ALLOC_NEW_BLOCK (-(int)NX_STAT_MAX - 2)
+__noinline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
 {
 	struct nx_config *cfg = nx_config();
 	struct nx_sub *sub = nx_sub_at(slot);
@@ -629,7 +655,7 @@ static __always_inline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u3
 	cur = *(volatile __u32 *)&sub->cur_block;
 	if (cur && cur - 1 - addr * cfg->blocks_per_addr < cfg->blocks_per_addr &&
 	    (__s64)(cur - 1) != nx_home_gid(sip) && nx_block_reserve(cur - 1, sip) == 0) {
-		port = nx_claim_in_block(slot, cur - 1, pp, sip);
+		port = nx_claim(slot, cur - 1, pp, sip);
 		if (port >= 0)
 			return port;
 		nx_block_unreserve(cur - 1);
@@ -649,7 +675,16 @@ static __always_inline int nx_alloc_port(__u32 slot, __u32 addr, __u32 sip, __u3
 		return c->port;
 	if (c->free_slot < 0)
 		return NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
-	return nx_alloc_new_block();
+	return NX_ALLOC_NEW_BLOCK; /* nx_alloc_port_new takes one */
+}
+
+/* nx_alloc_port, and the new block it asks for (nx_alloc_new_block, with the walk's result
+ * in nx_slots). */
+static __always_inline int nx_alloc_port_new(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
+{
+	int port = nx_alloc_port(slot, addr, sip, pp);
+
+	return port == NX_ALLOC_NEW_BLOCK ? nx_alloc_new_block() : port;
 }
 /* Find or create the subscriber entry. A new subscriber gets a block on the pool address
  * the daemon designated (addr_hint), or on one of three addresses picked by a hash of its
@@ -837,26 +872,22 @@ __noinline long nx_alloc_confirm(__u32 sip, __u32 addr, __u32 pp, __u32 li)
  * the home walk found no room there). A global function: the verifier checks it once, on
  * its own, instead of once per path through the caller, and its scalar-only interface
  * keeps it honest. Returns (pool index << 16) | outside port, minus a drop reason,
- * NX_ALLOC_STALE (the subscriber entry went away meanwhile, the claim is undone: call
- * again; see nx_alloc_confirm), or NX_ALLOC_HOME: the subscriber owns its home block
+ * NX_ALLOC_STALE (the subscriber entry went away meanwhile, the claim is undone: look the
+ * subscriber up again and call again; see nx_alloc_confirm), or NX_ALLOC_HOME: the subscriber owns its home block
  * now (it is new, or took it here), where the home walk claims (nx_home.h). */
-__noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h, __u32 home_full)
+__noinline long nx_alloc(__u32 sip, __u32 pp, __u32 home_full, __u32 slot)
 {
 	/* one value kept across the subscriber lookup, not two: the allocator's calls nest to
 	 * the 512-byte stack's limit */
-	__u32 hp = (home_full ? 1u << 16 : 0) | (in_port_h & 0xffff);
+	__u32 hp = (home_full ? 1u << 16 : 0) | (pp & 0xffff), pidx = pp >> 16;
 	struct nx_config *cfg = nx_config();
 	struct nx_sub *sub;
 	int port, low;
 	__u32 addr;
-	long slot;
 
 	if (!cfg)
 		return -NX_DROP_INTERNAL;
-	slot = nx_sub_get(sip);
-	if (slot < 0)
-		return slot;
-	sub = nx_sub_at((__u32)slot);
+	sub = nx_sub_at(slot);
 	if (!sub)
 		return -NX_DROP_INTERNAL;
 	if (!nx_rate_ok(cfg, sub))
@@ -870,9 +901,9 @@ __noinline long nx_alloc(__u32 sip, __u32 pidx, __u32 in_port_h, __u32 home_full
 	if (low)
 		port = nx_alloc_low_port((__u32)slot, addr, sip, NX_PP(pidx, hp));
 	else
-		port = nx_alloc_port((__u32)slot, addr, sip, NX_PP(pidx, hp));
+		port = nx_alloc_port_new((__u32)slot, addr, sip, NX_PP(pidx, hp));
 	if (port == NX_ALLOC_AGAIN) /* the winner's block is in the slot now */
-		port = nx_alloc_port((__u32)slot, addr, sip, NX_PP(pidx, hp));
+		port = nx_alloc_port_new((__u32)slot, addr, sip, NX_PP(pidx, hp));
 	if (port == NX_ALLOC_AGAIN)
 		port = NX_ALLOC_ERR(NX_DROP_QUOTA_EXCEEDED);
 	if (port == NX_ALLOC_HOME)

@@ -70,8 +70,7 @@ static __always_inline __u32 *nx_ep_lock(struct nx_config *cfg, __u32 sip, __u32
 }
 
 /* With a, what nx_alloc answered for inside endpoint sip (pp = NX_PP(protocol index, inside
- * port)), the endpoint's lock held: the walk claims in the home block the subscriber owns now
- * (NX_ALLOC_HOME), or the port a becomes a table mapping (its own timer, transitory for TCP,
+ * port)) other than NX_ALLOC_HOME, the endpoint's lock held: the port a becomes a table mapping (its own timer, transitory for TCP,
  * runs until it has a session). Returns as nx_home_map does, or minus a drop reason. Global:
  * its frame is not on the stack while the allocator's is (nx_dyn_map). */
 __noinline long nx_dyn_table(__u32 sip, __u32 pp, long a)
@@ -80,18 +79,9 @@ __noinline long nx_dyn_table(__u32 sip, __u32 pp, long a)
 	__u32 pidx = pp >> 16, key, *out_ip;
 	__u8 proto;
 	__s64 ins;
-	long r;
 
 	if (!cfg)
 		return -NX_DROP_INTERNAL;
-	if (a == NX_ALLOC_HOME) {
-		/* the subscriber owns its home block now: the walk claims there (nx_alloc
-		 * counted the new mapping against the rate limit) */
-		r = nx_home_map(sip, pp, 2);
-		if (r >= 0 && (r & NX_HW_NONE))
-			r = -NX_DROP_QUOTA_EXCEEDED;
-		return r;
-	}
 	if (a < 0 || pidx >= NX_NPROTO)
 		return a;
 	key = (__u32)(a >> 16);
@@ -136,10 +126,26 @@ __noinline long nx_dyn_map(__u32 sip, __u32 pp)
 	r = nx_home_map(sip, pp, 1);
 	if (r >= 0 && (r & NX_HW_NONE)) {
 		home_full = (__u32)(r & NX_HW_OWNER);
-		r = nx_alloc(sip, pp >> 16, pp & 0xffff, home_full);
-		if (r == NX_ALLOC_STALE)
-			r = nx_alloc(sip, pp >> 16, pp & 0xffff, home_full);
-		r = nx_dyn_table(sip, pp, r);
+		/* the subscriber's entry first, made if new (not from inside nx_alloc: its
+		 * frames would add to the allocator's, the deepest chain) */
+		r = nx_sub_get(sip);
+		if (r >= 0)
+			r = nx_alloc(sip, pp, home_full, (__u32)r);
+		if (r == NX_ALLOC_STALE) {
+			r = nx_sub_get(sip);
+			if (r >= 0)
+				r = nx_alloc(sip, pp, home_full, (__u32)r);
+		}
+		if (r == NX_ALLOC_HOME) {
+			/* the subscriber owns its home block now: the walk claims there (nx_alloc
+			 * counted the new mapping against the rate limit). Here, not in
+			 * nx_dyn_table: the walk's frame is not then on top of that one's */
+			r = nx_home_map(sip, pp, 2);
+			if (r >= 0 && (r & NX_HW_NONE))
+				r = -NX_DROP_QUOTA_EXCEEDED;
+		} else {
+			r = nx_dyn_table(sip, pp, r);
+		}
 	}
 	nx_tab_lock_drop(lock);
 	return r;
@@ -234,20 +240,28 @@ static __always_inline int nx_filter_allows(struct nx_config *cfg, struct nx_map
 static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p, __u32 now,
 					int no_sess, const int det)
 {
-	struct nx_map_key mk = {};
-	struct nx_sess_key sk = {};
+	struct nx_scratch *scr = nx_scratch_get();
+	struct nx_map_key *mk;
+	struct nx_sess_key *sk;
 	struct nx_map *m = 0;
 	struct nx_sess *s;
 	int created = 0;
 	int reason = NX_DROP_NO_MAPPING;
 
-	sk.in_ip = p->ip->saddr;
-	sk.rem_ip = p->ip->daddr;
-	sk.in_port = *p->sport;
-	sk.rem_port = p->dport ? *p->dport : 0;
-	sk.proto = p->proto;
+	if (!scr)
+		return -NX_DROP_INTERNAL;
+	mk = &scr->xmk;
+	sk = &scr->xsk;
+	__builtin_memset(mk, 0, sizeof(*mk));
+	__builtin_memset(sk, 0, sizeof(*sk));
+
+	sk->in_ip = p->ip->saddr;
+	sk->rem_ip = p->ip->daddr;
+	sk->in_port = *p->sport;
+	sk->rem_port = p->dport ? *p->dport : 0;
+	sk->proto = p->proto;
 	/* An established flow: its session holds the outside endpoint, one lookup. */
-	s = no_sess ? 0 : nx_sess_lookup_fast(cfg, &sk);
+	s = no_sess ? 0 : nx_sess_lookup_fast(cfg, sk);
 	if (s && !(s->flags & NX_SF_PERMIT) && s->out_ip) {
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 		goto translate;
@@ -261,19 +275,19 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	 * check below reads the first of those lines too), unless the fast path did when its
 	 * lookup missed */
 	if (!no_sess && nx_may_create(p))
-		nx_home_prefetch(cfg, sk.in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk.in_port));
+		nx_home_prefetch(cfg, sk->in_ip, nx_proto_idx(p->proto), bpf_ntohs(sk->in_port));
 	/* no session: only a subscriber's packet goes on to make state, and only within its
 	 * share (nx_limits.h) */
 	if (!s) {
-		int r = nx_may_open(sk.in_ip, nx_may_create(p));
+		int r = nx_may_open(sk->in_ip, nx_may_create(p));
 
 		if (r < 0)
 			return r;
 	}
-	mk.in_ip = sk.in_ip;
-	mk.in_port = sk.in_port;
-	mk.proto = p->proto;
-	m = nx_map_get(cfg, &mk, nx_may_create(p), now, &created, &reason, det);
+	mk->in_ip = sk->in_ip;
+	mk->in_port = sk->in_port;
+	mk->proto = p->proto;
+	m = nx_map_get(cfg, mk, nx_may_create(p), now, &created, &reason, det);
 	if (!m)
 		return -reason;
 	if (s) {
@@ -284,7 +298,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 		s->out_port = m->out_port;
 		nx_sess_touch(cfg, s, p->proto, p->tcp_flags, NX_DIR_OUT, now);
 	} else {
-		s = nx_sess_create(cfg, &sk, m, p->tcp_flags, NX_DIR_OUT, now, &reason);
+		s = nx_sess_create(cfg, sk, m, p->tcp_flags, NX_DIR_OUT, now, &reason);
 		/* A deterministic word claimed for a session that could not be made keeps a
 		 * session count of 0: the daemon puts it on hold-down (src/expiry.rs). */
 		if (!s)
@@ -292,7 +306,7 @@ static __always_inline int nx_xlate_out(struct nx_config *cfg, struct nx_pkt *p,
 	}
 translate:
 	if (cfg->filtering == NX_FILTER_ADF && p->proto != IPPROTO_ICMP)
-		nx_permit_address(&sk, s->expire);
+		nx_permit_address(sk, s->expire);
 	nx_rewrite(p, NX_DIR_OUT, s->out_ip, s->out_port);
 	nx_count(NX_STAT_XLATE_OUT);
 	return NX_OK;

@@ -260,6 +260,10 @@ struct nx_scratch {
 	struct nx_log_ev log;
 	/* when each kind of limit event was last made on this CPU (enum nx_log_slots) */
 	__u64 log_last[NX_LOGRL_N];
+	/* the outbound translation's keys (nx_xlate_out): here, not in the slow path's frame,
+	 * which is the top of its deepest call chain (the allocator's) */
+	struct nx_sess_key xsk;
+	struct nx_map_key xmk;
 };
 
 /* The NAT event log (nx_log.h): events the daemon exports (src/natlog). Pinned, so that

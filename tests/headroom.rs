@@ -4,9 +4,10 @@
 //! deepest call chain (src/headroom.rs). Fails when a program is over 25% of the 1M limit
 //! or a chain over 448 of 512 bytes: the margin that lets the same object load on kernels
 //! whose verifier explores more (docs/PERFORMANCE.md, "Verifier headroom"). Prints the table
-//! and writes it to target/headroom/KERNEL-COMPILER.md, from which `make headroom-doc`
-//! regenerates the one in docs/PERFORMANCE.md. Part of the kernel matrix (tests/kernels/):
-//! run on every kernel natrix claims. Needs root.
+//! (to the standard error, uncaptured) and, where the tree is writable, writes it to
+//! target/headroom/KERNEL-COMPILER.md. Part of the kernel matrix (tests/kernels/): run on
+//! every kernel natrix claims; `scripts/headroom-doc.py` regenerates docs/PERFORMANCE.md's
+//! table from the matrix's logs. Needs root.
 
 use natrix::config::Config;
 use natrix::dataplane::{Dataplane, Persistence};
@@ -26,21 +27,35 @@ fn every_program_is_far_below_the_verifiers_limits() {
     let dp = Dataplane::load(&cfg, Persistence::Private)
         .unwrap_or_else(|e| panic!("expected the data plane to load on {}: {e:#}", kernel()));
     let mut rows: Vec<Headroom> = Vec::new();
+    // the verifier's own figures, from its statistics at this load
+    let report = dp.verifier_report();
     use libbpf_rs::skel::Skel;
     for p in dp.skel.object().progs() {
         let name = p.name().to_string_lossy().into_owned();
         if !p.autoload() {
             continue;
         }
+        let v = report.iter().find(|r| r.name == name);
+        let depths = v.map(|r| r.stack_depths.as_slice()).filter(|d| !d.is_empty());
+        assert!(depths.is_some(), "expected the verifier's stack depths of {name} (its statistics line)");
         use std::os::fd::AsFd;
-        let h = headroom::measure(&name, p.as_fd()).unwrap_or_else(|e| panic!("expected bpf_prog_info of {name}: {e}"));
+        let h = headroom::measure(&name, p.as_fd(), depths)
+            .unwrap_or_else(|e| panic!("expected bpf_prog_info of {name}: {e}"));
+        if let Some(v) = v {
+            assert_eq!(h.verified_insns, v.verified_insns, "{name}: bpf_prog_info and the verifier's report disagree");
+        }
         rows.push(h);
     }
     assert!(rows.len() >= 8, "expected the data plane's programs, got {}", rows.len());
     rows.sort_by(|a, b| b.verified_insns.cmp(&a.verified_insns));
     let (k, cc) = (kernel(), env!("NATRIX_BPF_CC").to_string());
     let table = headroom::table(&k, &cc, &rows);
-    println!("{table}");
+    // straight to the standard error, past libtest's capture: the kernel matrix's logs keep
+    // every kernel's table (scripts/headroom-doc.py makes docs/PERFORMANCE.md's from them)
+    {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(format!("\n{table}\n").as_bytes());
+    }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/headroom");
     if std::fs::create_dir_all(&dir).is_ok() {
         let _ = std::fs::write(dir.join(format!("{k}-{cc}.md")), &table);
