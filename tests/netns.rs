@@ -409,6 +409,7 @@ fn restart_keeps_live_tcp(sig: libc::c_int, deterministic: bool) {
     let s0 = session_of(&t, c.local);
     assert_eq!((s0.outside_addr(), s0.state.as_str()), (out0, "established"));
 
+    let ids0 = natrix::dataplane::running_program_ids(&t.pin).expect("the running programs' ids");
     let st = t.stop_daemon(sig);
     if sig == libc::SIGKILL {
         assert_eq!(st.signal(), Some(libc::SIGKILL), "{st}");
@@ -436,7 +437,13 @@ fn restart_keeps_live_tcp(sig: libc::c_int, deterministic: bool) {
     // load); start_daemon's own bound catches a hang
     eprintln!("takeover ready in {:?}", t0.elapsed());
     assert!(log.contains("takeover=true"), "the log does not say it took over:\n{log}");
-    assert!(log.contains("program replaced"), "the links were not switched in place:\n{log}");
+    // the same build: the running programs are kept, nothing is loaded or verified
+    assert_eq!(
+        natrix::dataplane::running_program_ids(&t.pin).expect("the running programs' ids"),
+        ids0,
+        "a restart of the same build changed the running programs:\n{log}"
+    );
+    assert!(log.contains("nothing loaded or verified"), "{log}");
 
     assert_eq!(c.who(), out0, "after the restart the connection shows another outside endpoint");
     c.get(2 * MB);
@@ -627,6 +634,104 @@ fn restart_under_load_never_leaks_untranslated_packets() {
     );
     assert_eq!(sources.len(), 1, "the mapping changed during restarts: {sources:?}");
     assert!(total * 10 >= sent * 9, "more than 10% lost across restarts: sent {sent}, received {total}");
+}
+
+/// What every link and every slot of the program array runs, checked to be a full set.
+fn running_ids(t: &Topo) -> std::collections::BTreeMap<String, u32> {
+    let ids = natrix::dataplane::running_program_ids(&t.pin).expect("the running programs' ids");
+    for k in ["link_lan0", "link_lan1", "link_wan0", "nx_progs[0]", "nx_progs[1]"] {
+        assert!(ids.get(k).is_some_and(|&id| id != 0), "no program id for {k}: {ids:?}");
+    }
+    ids
+}
+
+/// A restart of the same build loads nothing: every link and every slot of the slow path's
+/// program array runs the very programs (the same ids) it ran before, the mappings stay,
+/// and traffic keeps flowing, old connections and new. A config change that only a new
+/// program instance can carry ([[exclude]]) loads one, keeping the mappings.
+#[test]
+fn restart_of_the_same_build_keeps_the_running_programs() {
+    let mut t = Topo::new();
+    let cfg = started_default(&mut t);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    let mut c = TcpClient::connect(&t.s1, server.addr);
+    let out0 = c.who();
+    assert_pool(out0, "peer");
+    let ids0 = running_ids(&t);
+    for round in 0..2 {
+        assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+        let log = t.start_daemon(&cfg);
+        assert!(log.contains("takeover=true") && log.contains("programs=\"kept\""), "round {round}:\n{log}");
+        assert_eq!(running_ids(&t), ids0, "round {round}: the running programs changed:\n{log}");
+        assert_eq!(c.who(), out0, "round {round}: the connection shows another outside endpoint");
+        c.get(MB);
+    }
+    // the control programs (the sweep) and the clock run from the pins: a new connection's
+    // session is made, and the reaper still reaches the tables (static forwards, expiry)
+    let mut c2 = TcpClient::connect(&t.s2, server.addr);
+    assert_pool(c2.who(), "peer of a new connection after the restarts");
+    c2.close();
+
+    // [[exclude]] lives in the instance's own trie, filled before the links switch: a change
+    // of it is a new instance
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+    let conf = format!("{}\n[[exclude]]\nprefix = \"192.0.2.0/24\"\n", t.conf().render());
+    let excl = t.write_config("exclude.toml", &conf);
+    let log = t.start_daemon(&excl);
+    assert!(log.contains("programs=\"loaded\"") && log.contains("[[exclude]] changed"), "{log}");
+    let ids1 = running_ids(&t);
+    for k in ["link_lan0", "link_wan0", "nx_progs[0]"] {
+        assert_ne!(ids1[k], ids0[k], "{k}: a new instance runs new programs:\n{log}");
+    }
+    assert_eq!(c.who(), out0, "the new instance shows the connection another outside endpoint");
+    c.close();
+}
+
+/// A restart of another build (here: the pinned identity says so, as an older natrix's
+/// would) loads and verifies its programs, switches every link and the program array to
+/// them (new ids), and keeps every mapping; the next restart of it reuses them. `--reload`
+/// forces the same.
+#[test]
+fn restart_of_another_build_loads_its_programs_and_keeps_the_mappings() {
+    let mut t = Topo::new();
+    let cfg = started_default(&mut t);
+    let server = TcpServer::start(&t.srv, SERVER_IP);
+    let mut c = TcpClient::connect(&t.s1, server.addr);
+    let out0 = c.who();
+    let ids0 = running_ids(&t);
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+
+    let build = t.pin.join(natrix::dataplane::BUILD_PIN);
+    let ours = std::fs::read_link(&build).expect("the pinned build identity");
+    std::fs::remove_file(&build).unwrap();
+    std::os::unix::fs::symlink("natrix-bpf-1:00000000000000000000000000000000", &build).unwrap();
+    let log = t.start_daemon(&cfg);
+    assert!(log.contains("another build is running") && log.contains("programs=\"loaded\""), "{log}");
+    assert!(log.contains("program replaced on the running link"), "{log}");
+    let ids1 = running_ids(&t);
+    for (k, id) in &ids1 {
+        if ids0.get(k).is_some_and(|&old| old != 0) {
+            assert_ne!(*id, ids0[k], "{k} runs the old program after an upgrade:\n{log}");
+        }
+    }
+    assert_eq!(std::fs::read_link(&build).unwrap(), ours, "the new instance's identity is pinned");
+    assert_eq!(c.who(), out0, "the upgrade changed the connection's outside endpoint");
+    c.get(MB);
+
+    // this build's instance is reused at its next restart; --reload loads one anyway
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+    let log = t.start_daemon(&cfg);
+    assert!(log.contains("programs=\"kept\""), "{log}");
+    assert_eq!(running_ids(&t), ids1);
+    assert_eq!(t.stop_daemon(libc::SIGTERM).code(), Some(0));
+    let log = t.start_daemon_with(&cfg, &["--reload"]);
+    assert!(log.contains("programs=\"loaded\""), "{log}");
+    let ids2 = running_ids(&t);
+    assert_ne!(ids2["link_lan0"], ids1["link_lan0"], "--reload kept the old program:\n{log}");
+    assert_eq!(c.who(), out0, "--reload changed the connection's outside endpoint");
+    c.get(MB);
+    c.close();
+    assert_eq!(t.sessions().iter().filter(|s| s.outside_addr() == out0).count(), 1);
 }
 
 /// A restart whose config cannot take over the running data plane (another pool of the same

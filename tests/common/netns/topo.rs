@@ -35,9 +35,16 @@ pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 /// The pool of the generated config: 203.0.113.16/29 and 203.0.113.40.
 pub const POOL_PREFIX: (Ipv4Addr, u8) = (Ipv4Addr::new(203, 0, 113, 16), 29);
 pub const POOL_SINGLE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 40);
-/// How long `natrix run` may take to log `ready`: a bound, not a measurement. Loading runs
-/// the BPF verifier for seconds of CPU, and two tests start daemons at once on 2 cores.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `natrix run` may take to log `ready`: a bound, not a measurement. A fresh load
+/// runs the BPF verifier for a second or two of CPU here, several on a slow or loaded
+/// machine (two tests start daemons at once on 2 cores; emulation is slower still).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The last `n` lines of a daemon's log: why it did not become ready.
+pub fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
 
 pub fn is_pool(ip: Ipv4Addr) -> bool {
     let mask = u32::MAX << (32 - POOL_PREFIX.1);
@@ -362,11 +369,12 @@ impl Topo {
     }
 
     /// `natrix run --config <config>` in the gateway, its stderr to `log`.
-    fn spawn_run(&self, config: &Path, log: File) -> std::process::Child {
+    fn spawn_run(&self, config: &Path, extra: &[&str], log: File) -> std::process::Child {
         self.natrix_in_gw()
             .arg("run")
             .arg("--config")
             .arg(config)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -377,10 +385,15 @@ impl Topo {
     /// Starts `natrix run --config <config>` in the gateway and waits for `ready`.
     /// Returns the log so far.
     pub fn start_daemon(&mut self, config: &Path) -> String {
+        self.start_daemon_with(config, &[])
+    }
+
+    /// [`Topo::start_daemon`] with more arguments to `natrix run` (`--reload`).
+    pub fn start_daemon_with(&mut self, config: &Path, extra: &[&str]) -> String {
         assert!(self.daemon.is_none(), "a daemon is already running");
         let log = self.dir.join(format!("daemon-{}.log", self.logs.len()));
         self.logs.push(log.clone());
-        let child = self.spawn_run(config, File::create(&log).unwrap());
+        let child = self.spawn_run(config, extra, File::create(&log).unwrap());
         self.daemon = Some(Daemon { child });
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -391,10 +404,13 @@ impl Topo {
             let d = self.daemon.as_mut().unwrap();
             if let Ok(Some(st)) = d.child.try_wait() {
                 self.daemon = None;
-                panic!("natrix run exited ({st}) before it was ready:\n{text}");
+                panic!("natrix run exited ({st}) before it was ready; its last lines:\n{}", last_lines(&text, 40));
             }
             if Instant::now() >= deadline {
-                panic!("natrix run not ready within {READY_TIMEOUT:?}:\n{text}");
+                panic!(
+                    "natrix run not ready within {READY_TIMEOUT:?} (still running); its last lines:\n{}",
+                    last_lines(&text, 40)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -435,7 +451,7 @@ impl Topo {
     /// stderr. Should it become ready instead, it is stopped and the test fails.
     pub fn run_expect_exit(&self, config: &Path) -> (ExitStatus, String) {
         let log = self.dir.join("failing-run.log");
-        let mut child = self.spawn_run(config, File::create(&log).unwrap());
+        let mut child = self.spawn_run(config, &[], File::create(&log).unwrap());
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(st) = child.try_wait().unwrap() {
