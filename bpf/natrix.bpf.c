@@ -90,17 +90,6 @@ int nx_ctl_static_add(void *ctx) { return nx_ctl_batch(NX_CTL_STATIC_ADD); }
 SEC("syscall")
 int nx_ctl_static_del(void *ctx) { return nx_ctl_batch(NX_CTL_STATIC_DEL); }
 
-/* Every command in one program, for a daemon that does not pick the program by command
- * yet (the same callbacks; transitional). */
-SEC("syscall")
-int nx_ctl(void *ctx)
-{
-	__u32 zero = 0;
-	struct nx_reap_args *a = bpf_map_lookup_elem(&nx_reap_buf, &zero);
-
-	return a ? nx_ctl_batch(a->op) : -1;
-}
-
 /* Run by the daemon (BPF_PROG_RUN) to relate the packet path's clock to CLOCK_MONOTONIC:
  * both read at the same moment, into the context it passes (struct nx_clock). */
 SEC("syscall")
