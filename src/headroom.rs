@@ -111,7 +111,9 @@ fn frame_depth(ins: &[Insn]) -> u32 {
                 let op = x.code & 0xf0;
                 let from_reg = x.code & 8 != 0;
                 match (op, from_reg) {
-                    (0xb0, true) => fp[dst] = if src == 10 { Some(0) } else { fp.get(src).copied().flatten() },
+                    (0xb0, true) => {
+                        fp[dst] = if src == 10 { Some(0) } else { fp.get(src).copied().flatten() }
+                    }
                     (0x00, false) => fp[dst] = fp[dst].map(|k| k + i64::from(x.imm)),
                     (0x10, false) => fp[dst] = fp[dst].map(|k| k - i64::from(x.imm)),
                     _ => fp[dst] = None,
@@ -203,7 +205,8 @@ pub fn measure(name: &str, fd: BorrowedFd<'_>, verifier: Option<&[u32]>) -> std:
             let x = ins[pc];
             if x.code == BPF_CALL && x.src == BPF_PSEUDO_CALL {
                 // JITed: imm is the callee's index (jit_subprogs); interpreted: an offset
-                let t = if jited { x.imm as usize } else { sub_of((pc as i64 + 1 + i64::from(x.imm)) as usize) };
+                let t =
+                    if jited { x.imm as usize } else { sub_of((pc as i64 + 1 + i64::from(x.imm)) as usize) };
                 if t < nsub {
                     callees[s].push(t);
                 }

@@ -14,7 +14,9 @@ use natrix::dataplane::{Dataplane, Persistence};
 use natrix::headroom::{self, Headroom, INSN_BUDGET, STACK_BUDGET};
 
 fn kernel() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into())
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 #[test]
@@ -42,7 +44,10 @@ fn every_program_is_far_below_the_verifiers_limits() {
         let h = headroom::measure(&name, p.as_fd(), depths)
             .unwrap_or_else(|e| panic!("expected bpf_prog_info of {name}: {e}"));
         if let Some(v) = v {
-            assert_eq!(h.verified_insns, v.verified_insns, "{name}: bpf_prog_info and the verifier's report disagree");
+            assert_eq!(
+                h.verified_insns, v.verified_insns,
+                "{name}: bpf_prog_info and the verifier's report disagree"
+            );
         }
         rows.push(h);
     }

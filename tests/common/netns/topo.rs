@@ -404,7 +404,10 @@ impl Topo {
             let d = self.daemon.as_mut().unwrap();
             if let Ok(Some(st)) = d.child.try_wait() {
                 self.daemon = None;
-                panic!("natrix run exited ({st}) before it was ready; its last lines:\n{}", last_lines(&text, 40));
+                panic!(
+                    "natrix run exited ({st}) before it was ready; its last lines:\n{}",
+                    last_lines(&text, 40)
+                );
             }
             if Instant::now() >= deadline {
                 panic!(
