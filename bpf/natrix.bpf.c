@@ -39,7 +39,10 @@ int nx_xdp_inside_slow(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_ins
 
 /* An ICMP error from a subscriber, from the slow path (either mode's). */
 SEC("xdp")
-int nx_xdp_inside_icmp_err(struct xdp_md *ctx) { return nx_exit_cap(ctx, nx_slow_inside_icmp_err(ctx)); }
+int nx_xdp_inside_icmp_err(struct xdp_md *ctx)
+{
+	return nx_exit_cap(ctx, nx_slow_inside_icmp_err(ctx));
+}
 
 /* A hairpinned packet's inbound half, from the slow path (either mode's). */
 SEC("xdp")

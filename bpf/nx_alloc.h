@@ -493,7 +493,6 @@ static __always_inline void nx_port_unclaim(struct nx_config *cfg, __u32 addr_id
 #define NX_ALLOC_ERR(reason) (-(int)(reason))
 #define NX_ALLOC_AGAIN (-(int)NX_STAT_MAX) /* lost a race for a block slot: scan again */
 
-
 static long nx_slots_cb(__u64 i, void *unused)
 {
 	struct nx_alloc_work *aw = nx_alloc_work_get();
@@ -617,8 +616,6 @@ __noinline int nx_alloc_new_block(void)
 	}
 	return port;
 }
-
-
 
 /* Allocate an outside port for (sip, inside port) on pool address addr in the subscriber's
  * blocks other than its home block, taking a new block there when its blocks are full and
@@ -784,12 +781,12 @@ __noinline int nx_alloc_low_port(__u32 slot, __u32 addr, __u32 sip, __u32 pp)
 	s = &aw->scan;
 
 	s->base = nx_port_index(addr, pidx, 1); /* offset k is port 1 + k */
-	nx_pscan_init(s, 511);		       /* ports 1..1022 in pairs; 1023 is left unused */
+	nx_pscan_init(s, 511);			/* ports 1..1022 in pairs; 1023 is left unused */
 	s->word = nx_port_word(sip, in_port_h);
 	s->found = -1;
 	/* offset parity p gives ports of parity !p */
 	s->par = (cfg->flags & NX_CF_PORT_PARITY) && pidx != NX_P_ICMP ? !(in_port_h & 1)
-								      : bpf_get_prandom_u32() & 1;
+								       : bpf_get_prandom_u32() & 1;
 	bpf_loop(s->half, nx_pscan_cb, 0, 0);
 	if (s->found < 0) {
 		s->par ^= 1;
@@ -873,8 +870,8 @@ __noinline long nx_alloc_confirm(__u32 sip, __u32 addr, __u32 pp, __u32 li)
  * its own, instead of once per path through the caller, and its scalar-only interface
  * keeps it honest. Returns (pool index << 16) | outside port, minus a drop reason,
  * NX_ALLOC_STALE (the subscriber entry went away meanwhile, the claim is undone: look the
- * subscriber up again and call again; see nx_alloc_confirm), or NX_ALLOC_HOME: the subscriber owns its home block
- * now (it is new, or took it here), where the home walk claims (nx_home.h). */
+ * subscriber up again and call again; see nx_alloc_confirm), or NX_ALLOC_HOME: the subscriber owns
+ * its home block now (it is new, or took it here), where the home walk claims (nx_home.h). */
 __noinline long nx_alloc(__u32 sip, __u32 pp, __u32 home_full, __u32 slot)
 {
 	/* one value kept across the subscriber lookup, not two: the allocator's calls nest to

@@ -49,15 +49,15 @@
  * NULL, and Linux 6.1 and 6.12 refuse arithmetic on a pointer not yet checked ("pointer
  * arithmetic on map_value_or_null prohibited"); the empty asm after the test keeps the
  * address computation behind it. */
-#define NX_FIELD_OR_NULL(p, field)                                                             \
-	({                                                                                     \
-		typeof(p) __p = (p);                                                           \
-		typeof(&__p->field) __r = 0;                                                   \
-		if (__p) {                                                                     \
-			asm volatile("" : "+r"(__p));                                          \
-			__r = &__p->field;                                                     \
-		}                                                                              \
-		__r;                                                                           \
+#define NX_FIELD_OR_NULL(p, field)                                                                 \
+	({                                                                                         \
+		typeof(p) __p = (p);                                                               \
+		typeof(&__p->field) __r = 0;                                                       \
+		if (__p) {                                                                         \
+			asm volatile("" : "+r"(__p));                                              \
+			__r = &__p->field;                                                         \
+		}                                                                                  \
+		__r;                                                                               \
 	})
 
 /* A 16-bit field in network order (a length) in host order, with its range known to the

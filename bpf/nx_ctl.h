@@ -163,7 +163,8 @@ static long nx_ctl_static_add_cb(__u64 i, void *vctx)
 		return 1;
 	sm = a->statics[i];
 	r = nx_maps_insert(nx_map_k0(&sm.key),
-			   (__u64)sm.out_ip | (__u64)sm.out_port << 32 | (__u64)NX_MF_STATIC << 48, 0);
+			   (__u64)sm.out_ip | (__u64)sm.out_port << 32 | (__u64)NX_MF_STATIC << 48,
+			   0);
 	if (r >= 0 && (r & NX_TAB_NEW))
 		a->deleted++; /* here: added */
 	return 0;

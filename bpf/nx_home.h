@@ -118,7 +118,7 @@ __noinline long nx_home_map(__u32 sip, __u32 pp, __u32 create)
 	d->base = nx_port_index(a, pidx, first);
 	d->nports = cfg->block_size & ~1u;
 	d->start = nx_walk_start(cfg, nx_home_hash(cfg, sip, pp), pp, first, d->nports / 2,
-				NX_DIV_BLOCK_PAIRS);
+				 NX_DIV_BLOCK_PAIRS);
 	d->key = nx_port_word(sip, (__u16)pp);
 	d->probe = nx_home_probe(cfg);
 	d->found = -1;

@@ -70,9 +70,10 @@ static __always_inline __u32 *nx_ep_lock(struct nx_config *cfg, __u32 sip, __u32
 }
 
 /* With a, what nx_alloc answered for inside endpoint sip (pp = NX_PP(protocol index, inside
- * port)) other than NX_ALLOC_HOME, the endpoint's lock held: the port a becomes a table mapping (its own timer, transitory for TCP,
- * runs until it has a session). Returns as nx_home_map does, or minus a drop reason. Global:
- * its frame is not on the stack while the allocator's is (nx_dyn_map). */
+ * port)) other than NX_ALLOC_HOME, the endpoint's lock held: the port a becomes a table mapping
+ * (its own timer, transitory for TCP, runs until it has a session). Returns as nx_home_map does, or
+ * minus a drop reason. Global: its frame is not on the stack while the allocator's is (nx_dyn_map).
+ */
 __noinline long nx_dyn_table(__u32 sip, __u32 pp, long a)
 {
 	struct nx_config *cfg = nx_config();

@@ -325,7 +325,7 @@ enum nx_prog {
 	NX_PROG_CAP_EMIT,      /* the record into nx_cap_rb */
 	NX_PROG_CAP_RX_INSIDE, /* generated: the filter on the received form, then *_CAP */
 	NX_PROG_CAP_RX_OUTSIDE,
-	NX_PROG_CAP_TX, /* generated: the filter on the sent form, then CAP_EMIT */
+	NX_PROG_CAP_TX,		 /* generated: the filter on the sent form, then CAP_EMIT */
 	NX_PROG_INSIDE_SLOW_DET, /* the slow path in deterministic mode, from INSIDE_SLOW */
 	NX_PROG_INSIDE_ICMP_ERR, /* an ICMP error from a subscriber, from either of those */
 	NX_PROG_INSIDE_HAIRPIN,	 /* a hairpinned packet's inbound half, from either */
