@@ -63,11 +63,19 @@ for t in qemu-system-x86_64 busybox cpio modprobe depmod timeout xz; do
 done
 ! ldd "$(command -v busybox)" >/dev/null 2>&1 || die "busybox is not static: apt-get install busybox-static"
 
-# the guest's own /tmp, /var/tmp, /run and /dev hide the host's: nothing there can be run
+# the guest's own /tmp, /var/tmp, /run and /dev hide the host's: nothing there can be run,
+# but for a working directory under /tmp or /var/tmp (a clone there, as CI may make), which
+# is shared on its own, read-only, at the same path
+share=
+case $(realpath -m "$PWD")/ in
+/tmp/?* | /var/tmp/?*) share=$(realpath -m "$PWD") ;;
+esac
 for p in "$PWD" "${1:-/}"; do
 	[[ $p == /* ]] || continue
-	case $(realpath -m "$p")/ in
-	/tmp/* | /var/tmp/* | /run/* | /dev/*) die "$p: under /tmp, /var/tmp, /run or /dev, which the guest has its own of (work from elsewhere)" ;;
+	rp=$(realpath -m "$p")
+	[[ -n $share && ( $rp == "$share" || $rp == "$share"/* ) ]] && continue
+	case $rp/ in
+	/tmp/* | /var/tmp/* | /run/* | /dev/*) die "$p: under /tmp, /var/tmp, /run or /dev, which the guest has its own of (work from elsewhere, or from the directory it is in)" ;;
 	esac
 done
 
@@ -105,6 +113,10 @@ if [ -d "/newroot$HOST_MODULES" ]; then
 	mount -o bind "/newroot$MODDIR" "/newroot$HOST_MODULES/$KVER" || fail "bind of $MODDIR"
 fi
 for d in $RW; do mount -t tmpfs -o mode=1777 rw "/newroot$d" || fail "tmpfs on $d"; done
+if [ -n "$SHARE" ]; then
+	mkdir -p "/newroot$SHARE"
+	mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=loose,ro hostshare "/newroot$SHARE" || fail "mount of $SHARE"
+fi
 umount /proc /sys /dev
 exec switch_root /newroot /bin/bash /run/natrix-vm/stage2
 INIT
@@ -167,7 +179,7 @@ for d in ${VM_RW:-}; do
 	rw+=" $d"
 done
 {
-	printf 'KVER=%q\nMODDIR=%q\nHOST_MODULES=%q\nRW=%q\n' "$kver" "$moddir" "$host_modules" "$rw"
+	printf 'KVER=%q\nMODDIR=%q\nHOST_MODULES=%q\nRW=%q\nSHARE=%q\n' "$kver" "$moddir" "$host_modules" "$rw" "$share"
 } >"$io/config"
 {
 	echo 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=${TERM:-dumb} LANG=C.UTF-8'
@@ -221,6 +233,10 @@ qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp "${VM_SMP:-2}" -m "${VM_MEM:-2
 	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot
 	-fsdev "local,id=natrixio,path=$io,security_model=none"
 	-device virtio-9p-pci,fsdev=natrixio,mount_tag=natrixio)
+if [[ -n $share ]]; then
+	qemu+=(-fsdev "local,id=hostshare,path=$share,security_model=none,readonly=on,multidevs=remap"
+		-device virtio-9p-pci,fsdev=hostshare,mount_tag=hostshare)
+fi
 timeout=${VM_TIMEOUT:-900}
 ((interactive)) && [[ -z ${VM_TIMEOUT:-} ]] && timeout=0
 t0=$(date +%s%N)
